@@ -1,0 +1,119 @@
+"""Settings: one pydantic-settings object, read from arguments, ``NEMORI_*`` env vars or a .env file.
+
+Config flows one way: ``NemoriSettings`` → ``configure_dspy`` / ``build_lms`` at the entry
+point. Paper defaults (§4.1, Appendix C) carry descriptive names because the paper reuses
+τ, m and r for other things.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["NemoriSettings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR"]
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
+
+#: Stage names: one per prompt of the paper (Appendix D), in pipeline order.
+STAGES = (
+    "partition",      # P_par  §3.2.1
+    "narrate",        # P_nar  §3.2.2
+    "select",         # P_sel  §3.2.3
+    "integrate",      # P_int  §3.2.3
+    "anticipate",     # P_ant  §3.3.1
+    "distill",        # P_dis  §3.3.2
+    "consolidate",    # P_con  §3.3.3
+    "direct_distill", # Nemori-s, Appendix D.2
+    "answer",         # P_ans  §3.4
+    "judge",          # LoCoMo LLM judge, Appendix D.4.1
+)
+
+
+class StageLM(BaseModel):
+    """Per-stage override of the LLM: a litellm model string and/or a max_tokens cap."""
+
+    model: str | None = Field(default=None, description="litellm model string; None = the main model")
+    max_tokens: int | None = Field(default=None, gt=0, description="output token cap for this stage")
+
+
+class NemoriSettings(BaseSettings):
+    """Every knob of nemori-dspy. Env vars use the prefix ``NEMORI_`` (e.g. ``NEMORI_MODEL``).
+
+    Model strings are litellm's: ``openai/gpt-4o-mini``, ``ollama_chat/qwen2.5:1.5b``,
+    ``openai/<name>`` with ``api_base`` for any OpenAI-compatible server, or ``local``
+    to start the embedded llama.cpp server on ``gguf``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="NEMORI_", env_file=".env", extra="ignore",
+                                      env_nested_delimiter="__")
+
+    # --- models
+    model: str = Field(default="local", description="litellm model string, or 'local' for the embedded llama.cpp server")
+    api_base: str | None = Field(default=None, description="base URL of an OpenAI-compatible server")
+    api_key: SecretStr | None = Field(default=None, description="API key; never logged")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    seed: int = Field(default=0, description="sampling seed sent to the provider")
+    max_tokens: int = Field(default=1024, gt=0, description="default output token cap per call")
+    stage_lms: dict[str, StageLM] = Field(default_factory=dict, description="per-stage model/max_tokens overrides, keyed by STAGES")
+    judge_model: str | None = Field(default=None, description="model for the LLM judge; None = the main model")
+    adapter: Literal["chat", "json"] = Field(default="chat", description="DSPy adapter formatting prompts")
+    cache: bool = Field(default=True, description="DSPy response cache; retries always bypass it")
+    num_retries: int = Field(default=3, ge=0, description="litellm retries on timeouts/5xx/rate limits")
+    parse_retries: int = Field(default=1, ge=0, description="re-asks (cache bypassed) when a reply does not parse")
+    timeout_s: float = Field(default=600.0, gt=0, description="per-call timeout in seconds")
+
+    # --- embedded local model (llama.cpp server)
+    gguf: str | None = Field(default=None, description="path to a GGUF file, or 'hf:<repo>/<file>' to download")
+    models_dir: Path | None = Field(default=None, description="folder holding GGUF files and all-MiniLM-L6-v2/ (see ../shared/tools/offline-models)")
+    local_model_size: Literal["0.5b", "1.5b"] = Field(default="0.5b", description="which Qwen2.5-Coder GGUF 'local' uses when gguf is unset")
+    n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
+    n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
+    server_port: int | None = Field(default=None, description="port of the embedded server; None = a free one")
+
+    # --- embedder
+    embedder: str = Field(default="all-MiniLM-L6-v2", description="'all-MiniLM-L6-v2' (local ONNX) or a litellm embedding model string")
+    embedder_path: Path | None = Field(default=None, description="folder of the local MiniLM model (config.json, tokenizer.json, onnx/ or model.safetensors)")
+
+    # --- store
+    store: Literal["sqlite", "weaviate"] = Field(default="sqlite")
+    db_path: Path = Field(default=DEFAULT_CACHE_DIR / "memory.sqlite3", description="SQLite file of the embedded store")
+    weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080")
+
+    # --- method knobs (§4.1, Appendix C)
+    window_size: int = Field(default=20, ge=1, description="w: buffer size that triggers episode formation (§3.2.1)")
+    association_top_k: int = Field(default=5, ge=1, description="K_e: candidate episodes for merging (§3.2.3)")
+    evoke_top_k: int = Field(default=10, ge=0, description="K_s: evoked semantic entries (§3.3.1)")
+    evoke_threshold: float = Field(default=0.70, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1)")
+    consolidation_top_k: int = Field(default=5, ge=1, description="K_m: entries compared per insight (§3.3.3)")
+    episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
+    semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
+    raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
+    distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")
+    consolidation: bool = Field(default=True, description="False = append insights without P_con (Appendix A.2)")
+    max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
+
+    # --- tracking
+    mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
+    mlflow_experiment: str = Field(default="nemori-dspy")
+
+    @field_validator("stage_lms")
+    @classmethod
+    def _known_stages(cls, v: dict[str, StageLM]) -> dict[str, StageLM]:
+        unknown = sorted(set(v) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; valid stages: {', '.join(STAGES)}")
+        return v
+
+    def stage_max_tokens(self, stage: str) -> int:
+        """Output cap for ``stage``: its override, else ``max_tokens``."""
+        o = self.stage_lms.get(stage)
+        return (o.max_tokens if o and o.max_tokens else self.max_tokens)
+
+    def public_dict(self) -> dict:
+        """The resolved config as plain JSON-able values, with secrets removed (for MLflow)."""
+        d = self.model_dump(mode="json", exclude={"api_key"})
+        d["api_key_set"] = self.api_key is not None
+        return d

@@ -1,0 +1,95 @@
+"""The one ``MemoryStore`` Protocol every backend implements (SQLite embedded, Weaviate).
+
+Contract (checked by ``tests/store/test_contract.py`` against every backend):
+- ``add_messages`` is idempotent on (user_id, message id) and durable when it returns.
+- A message belongs to at most one live episode; ``commit_window`` assigns messages and
+  supersedes merged episodes atomically.
+- ``commit_distillation`` applies an episode's semantic inserts/deletes and marks it
+  distilled atomically, so a crash replays the whole step or none of it.
+- Searches return live (not superseded, not deleted) records of one user only, ordered by
+  decreasing cosine similarity, ties broken by id.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+
+__all__ = ["MemoryStore"]
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """Persistence and exact top-k search for one memory (many users/tenants)."""
+
+    def check_embedder(self, name: str, dim: int) -> None:
+        """Record the embedder on first use; raise ``EmbedderMismatchError`` if it differs later."""
+
+    # --- message buffer
+    def add_messages(self, user_id: str, messages: Sequence[Message]) -> list[StoredMessage]:
+        """Persist messages (idempotent); return the newly accepted ones in arrival order."""
+
+    def pending_messages(self, user_id: str, limit: int | None = None) -> list[StoredMessage]:
+        """Buffered messages not yet in an episode, oldest first."""
+
+    def get_messages(self, user_id: str, ids: Sequence[str]) -> list[StoredMessage]:
+        """Messages by id, in the order given; unknown ids are skipped."""
+
+    # --- episodes
+    def next_window(self, user_id: str) -> int:
+        """Index the next processed window gets (0, 1, ...)."""
+
+    def commit_window(self, user_id: str, window: int, episodes: Sequence[Episode],
+                      superseded: Sequence[str]) -> None:
+        """Atomically store ``episodes``, assign their messages, and supersede the ``superseded`` ids."""
+
+    def get_episode(self, user_id: str, episode_id: str) -> Episode:
+        """One live episode with its raw messages; ``NotFoundError`` if absent."""
+
+    def list_episodes(self, user_id: str) -> list[Episode]:
+        """All live episodes of a user, oldest first, with raw messages."""
+
+    def delete_episode(self, user_id: str, episode_id: str) -> None:
+        """Delete a live episode; its messages are kept but unassigned-and-processed."""
+
+    def episodes_to_distill(self, user_id: str) -> list[Episode]:
+        """Live episodes whose semantic distillation has not been committed, oldest first."""
+
+    def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
+                        before_window: int | None = None) -> list[ScoredEpisode]:
+        """Exact cosine top-k over live episodes (only windows < ``before_window`` if given)."""
+
+    # --- semantic memory
+    def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
+                            deletes: Sequence[str]) -> None:
+        """Atomically insert entries, delete (supersede) ``deletes`` and mark the episode distilled."""
+
+    def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:
+        """One live semantic entry; ``NotFoundError`` if absent."""
+
+    def list_semantic(self, user_id: str) -> list[SemanticEntry]:
+        """All live semantic entries of a user, oldest first."""
+
+    def delete_semantic(self, user_id: str, entry_id: str) -> None:
+        """Delete one live semantic entry."""
+
+    def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
+                        threshold: float | None = None) -> list[ScoredSemantic]:
+        """Exact cosine top-k over live entries, keeping only score > ``threshold`` if given."""
+
+    # --- users
+    def user_exists(self, user_id: str) -> bool:
+        """True if anything was ever stored for the user."""
+
+    def list_users(self) -> list[str]:
+        """All user ids, sorted."""
+
+    def delete_user(self, user_id: str) -> None:
+        """Remove every message, episode and semantic entry of the user."""
+
+    def stats(self, user_id: str) -> dict[str, int]:
+        """Counts: messages, pending, episodes, superseded_episodes, semantic, to_distill."""
+
+    def close(self) -> None:
+        """Release connections."""

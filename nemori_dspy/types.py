@@ -1,0 +1,191 @@
+"""Typed records of the memory: messages, episodes, semantic entries and query results.
+
+Shapes follow the paper's data model (§3.2): a message is (speaker r, content c,
+timestamp τ); an episode is (cue c, narrative N, raw messages P, vector v); a
+semantic entry is (text k, vector u). Ids, user ids, time spans and lineage are
+what a real store needs on top.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from dateutil import parser as date_parser
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .errors import InvalidInputError
+
+__all__ = [
+    "Message",
+    "StoredMessage",
+    "Episode",
+    "SemanticEntry",
+    "ScoredEpisode",
+    "ScoredSemantic",
+    "SearchResult",
+    "AnswerResult",
+    "Usage",
+    "parse_timestamp",
+    "utcnow",
+]
+
+
+def utcnow() -> datetime:
+    """Current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+def parse_timestamp(value: Any, field: str = "timestamp") -> datetime:
+    """Parse a datetime, ISO string or LoCoMo-style date string ("1:56 pm on 8 May, 2023").
+
+    Naive datetimes are kept naive (conversation-local time, as LoCoMo gives them).
+
+    Raises:
+        InvalidInputError: the value is empty or cannot be parsed; names ``field``.
+    """
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(field, f"expected a datetime or date string, got {value!r}",
+                                "pass e.g. '2023-05-08T13:56:00' or '1:56 pm on 8 May, 2023'")
+    text = value.strip()
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.strptime(text, "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        pass
+    try:
+        return date_parser.parse(text)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInputError(field, f"cannot parse {value!r} as a date-time",
+                                "use ISO 8601, e.g. '2023-05-08T13:56:00'") from exc
+
+
+class Message(BaseModel):
+    """One conversation message as a caller hands it to ``Memory.add_messages``.
+
+    Fields: ``speaker`` (name or role), ``content`` (non-empty text), ``timestamp``
+    (when it was said; datetime or parseable string), optional caller ``id``
+    (e.g. LoCoMo's ``dia_id``) used for idempotent re-ingestion.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    speaker: str = Field(min_length=1, description="who said it: a name or a role such as 'user'")
+    content: str = Field(description="the message text; must not be blank")
+    timestamp: datetime = Field(description="when it was said")
+    id: str | None = Field(default=None, description="caller's message id, unique per user")
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _parse_ts(cls, v: Any) -> datetime:
+        return parse_timestamp(v)
+
+    @field_validator("content")
+    @classmethod
+    def _non_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("content is blank; send only messages with text")
+        return v
+
+
+class StoredMessage(Message):
+    """A message as persisted: adds the store's sequence number, user and episode assignment."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(description="message id (caller's, or a content hash when none was given)")
+    user_id: str
+    seq: int = Field(description="arrival order within the user, from 1")
+    episode_id: str | None = Field(default=None, description="episode holding it; None while buffered")
+
+    def render(self) -> str:
+        """One line ``[YYYY-MM-DD HH:MM] speaker: content`` as prompts see messages."""
+        return f"[{self.timestamp:%Y-%m-%d %H:%M}] {self.speaker}: {self.content}"
+
+
+class Episode(BaseModel):
+    """A narrative episode (§3.2.2): cue, narrative, raw messages and embedding.
+
+    ``vector`` is the embedding of ``cue + "\\n" + narrative`` (float32 list, dimension
+    of the store's embedder). ``start``/``end`` span its messages' timestamps.
+    ``supersedes`` lists ids of episodes merged into this one (§3.2.3).
+    """
+
+    id: str
+    user_id: str
+    cue: str
+    narrative: str
+    message_ids: list[str]
+    messages: list[StoredMessage] = Field(default_factory=list)
+    start: datetime
+    end: datetime
+    vector: list[float] = Field(default_factory=list, repr=False)
+    supersedes: list[str] = Field(default_factory=list)
+    created_at: datetime = Field(default_factory=utcnow)
+    window: int = Field(default=0, description="index of the buffer window that produced it")
+    distilled: bool = False
+
+
+class SemanticEntry(BaseModel):
+    """A semantic memory entry (§3.3): one self-contained statement plus its vector."""
+
+    id: str
+    user_id: str
+    text: str
+    vector: list[float] = Field(default_factory=list, repr=False)
+    source_episode_ids: list[str] = Field(default_factory=list)
+    supersedes: list[str] = Field(default_factory=list)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ScoredEpisode(BaseModel):
+    """An episode with its cosine similarity to a query (in [-1, 1])."""
+
+    episode: Episode
+    score: float
+
+
+class ScoredSemantic(BaseModel):
+    """A semantic entry with its cosine similarity to a query (in [-1, 1])."""
+
+    entry: SemanticEntry
+    score: float
+
+
+class SearchResult(BaseModel):
+    """What ``Memory.search`` returns: top-k episodes and top-m semantic entries, best first."""
+
+    episodes: list[ScoredEpisode] = Field(default_factory=list)
+    semantic: list[ScoredSemantic] = Field(default_factory=list)
+
+
+class Usage(BaseModel):
+    """LLM usage: real calls, cache hits, input/output tokens, wall seconds, dollars (0 for local)."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+    cost_usd: float = 0.0
+
+    def add(self, other: "Usage") -> "Usage":
+        """Return the field-wise sum of two usages."""
+        return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
+
+
+class AnswerResult(BaseModel):
+    """What ``Memory.answer`` returns: the answer, the context it was given, and LLM usage."""
+
+    question: str
+    answer: str
+    context: str
+    retrieved: SearchResult
+    usage: Usage
+    mode: Literal["memory", "no-memory"] = "memory"

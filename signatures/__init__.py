@@ -1,0 +1,60 @@
+"""Typed DSPy signatures, one per Nemori prompt (Appendix D), keyed by stage name in ``SIGNATURES``.
+
+Every instruction is our reconstruction: the paper publishes only the prompts' headings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import dspy
+
+from .episodic import IntegrateEpisodes, NarrateEpisode, PartitionMessages, SelectContinuation
+from .response import AnswerQuestion, JudgeAnswer
+from .semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
+
+__all__ = [
+    "PartitionMessages",
+    "NarrateEpisode",
+    "SelectContinuation",
+    "IntegrateEpisodes",
+    "AnticipateEpisode",
+    "DistillPredictionError",
+    "ConsolidateKnowledge",
+    "DistillDirect",
+    "AnswerQuestion",
+    "JudgeAnswer",
+    "SIGNATURES",
+    "signature_hash",
+    "signature_text",
+]
+
+#: stage name → signature class (stage names as in ``nemori_dspy.config.STAGES``).
+SIGNATURES: dict[str, type[dspy.Signature]] = {
+    "partition": PartitionMessages,
+    "narrate": NarrateEpisode,
+    "select": SelectContinuation,
+    "integrate": IntegrateEpisodes,
+    "anticipate": AnticipateEpisode,
+    "distill": DistillPredictionError,
+    "consolidate": ConsolidateKnowledge,
+    "direct_distill": DistillDirect,
+    "answer": AnswerQuestion,
+    "judge": JudgeAnswer,
+}
+
+
+def signature_text(sig: type[dspy.Signature]) -> str:
+    """The full prompt-defining text of a signature: instruction plus every field's name, type and desc."""
+    fields = {
+        name: {"type": str(f.annotation), "desc": (f.json_schema_extra or {}).get("desc"),
+               "io": (f.json_schema_extra or {}).get("__dspy_field_type")}
+        for name, f in sig.model_fields.items()
+    }
+    return json.dumps({"instructions": sig.instructions, "fields": fields}, sort_keys=True)
+
+
+def signature_hash(sig: type[dspy.Signature]) -> str:
+    """sha256 (first 12 hex chars) of ``signature_text``: a reworded prompt gets a new hash."""
+    return hashlib.sha256(signature_text(sig).encode()).hexdigest()[:12]

@@ -1,0 +1,40 @@
+"""Signatures of response generation (§3.4, P_ans) and the LoCoMo LLM judge (Appendix D.4.1).
+
+Our reconstructions: the paper names these prompts (Appendix D.3, D.4.1) without their text.
+The judge follows mem0's LoCoMo judge rules as summarised in shared/data/locomo/README.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import dspy
+
+__all__ = ["AnswerQuestion", "JudgeAnswer"]
+
+
+class AnswerQuestion(dspy.Signature):
+    """Answer a question about the user's past conversations from retrieved memories (P_ans, §3.4, Appendix D.3).
+
+    The context holds episode narratives, raw messages with timestamps and known facts. Ground the answer
+    in it; when memories disagree prefer the most recent. For time questions give absolute dates,
+    computing them from timestamps when a message says "yesterday" or "last week". Answer in a short
+    phrase (a few words), not a sentence. If the context is empty, answer from general knowledge."""
+
+    context: str = dspy.InputField(desc="retrieved memories; may be empty")
+    question: str = dspy.InputField(desc="the question to answer")
+    answer: str = dspy.OutputField(desc="short answer phrase, e.g. '7 May 2023' or 'pottery and camping'")
+
+
+class JudgeAnswer(dspy.Signature):
+    """Label a generated answer CORRECT or WRONG against the gold answer (LoCoMo LLM judge, Appendix D.4.1).
+
+    Be generous: the answer is CORRECT if it touches on the same topic and facts as the gold answer, even
+    if longer or worded differently. For time questions it is CORRECT if it refers to the same date or
+    time period, even in another format or relative wording ("May 7th" vs "7 May"). Otherwise WRONG."""
+
+    question: str = dspy.InputField(desc="the question")
+    gold_answer: str = dspy.InputField(desc="the reference answer")
+    generated_answer: str = dspy.InputField(desc="the answer to grade")
+    reasoning: str = dspy.OutputField(desc="one short sentence of reasoning")
+    label: Literal["CORRECT", "WRONG"] = dspy.OutputField(desc="CORRECT or WRONG")

@@ -1,0 +1,67 @@
+"""Signatures of Semantic Knowledge Distillation (§3.3): P_ant, P_dis, P_con, and Nemori-s.
+
+The paper gives only the headings of its prompts (Appendix D.1.5-D.1.7, D.2); these
+instructions are our reconstruction from its description of each prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import dspy
+
+__all__ = ["AnticipateEpisode", "DistillPredictionError", "ConsolidateKnowledge", "DistillDirect"]
+
+
+class AnticipateEpisode(dspy.Signature):
+    """Predict what happened in an episode from its cue and prior knowledge only (P_ant, §3.3.1, Appendix D.1.5).
+
+    You see only a short cue of the episode and what memory already knows about the people involved.
+    Write your best guess of the episode's content: what was said, done, felt and planned. Use only
+    the known facts and the cue; where they say nothing, guess generically."""
+
+    episode_cue: str = dspy.InputField(desc="episodic cue: a one-line summary of the episode, with its date")
+    known_facts: list[str] = dspy.InputField(desc="semantic memory entries evoked for this episode; may be empty")
+    predicted_episode: str = dspy.OutputField(desc="the predicted content of the episode, 2-5 sentences")
+
+
+class DistillPredictionError(dspy.Signature):
+    """Extract durable knowledge from what the prediction missed (P_dis, §3.3.2, Appendix D.1.6).
+
+    Compare the real episode with the predicted one. Keep only information in the real messages that the
+    prediction got wrong or did not contain: facts about the people (identity, relationships, events with
+    absolute dates, preferences, plans, possessions, opinions, skills). Each insight is one self-contained
+    sentence naming the person, with absolute dates (resolve "yesterday", "last week" from the timestamps).
+    Return an empty list if the prediction already covered everything."""
+
+    episode_messages: str = dspy.InputField(desc="the real episode: messages '[YYYY-MM-DD HH:MM] speaker: text'")
+    predicted_episode: str = dspy.InputField(desc="what memory predicted the episode would contain")
+    insights: list[str] = dspy.OutputField(desc="new or corrected facts, one self-contained sentence each")
+
+
+class ConsolidateKnowledge(dspy.Signature):
+    """Decide how a new insight enters semantic memory (P_con, §3.3.3, Appendix D.1.7).
+
+    Compare the new insight with the numbered existing entries.
+    - new: it adds information none of them holds.
+    - merge: it complements or refines some entries about the same subject; give their numbers and
+      one merged statement keeping every detail of both.
+    - conflict: it contradicts or updates some entries (newer information wins); give their numbers.
+    """
+
+    insight: str = dspy.InputField(desc="the new insight, one sentence")
+    existing_entries: str = dspy.InputField(desc="numbered similar entries '[i] text'; may say '(none)'")
+    action: Literal["new", "merge", "conflict"] = dspy.OutputField(desc="new, merge or conflict")
+    targets: list[int] = dspy.OutputField(desc="numbers of the affected existing entries; [] for new")
+    merged_text: str = dspy.OutputField(desc="for merge: the unified statement; otherwise empty")
+
+
+class DistillDirect(dspy.Signature):
+    """Extract durable knowledge from an episode directly, without prediction (Nemori-s ablation, Appendix D.2).
+
+    List facts about the people in the messages (identity, relationships, events with absolute dates,
+    preferences, plans, possessions, opinions, skills), one self-contained sentence each, naming the
+    person, with relative dates resolved from the timestamps."""
+
+    episode_messages: str = dspy.InputField(desc="the episode: messages '[YYYY-MM-DD HH:MM] speaker: text'")
+    insights: list[str] = dspy.OutputField(desc="facts, one self-contained sentence each")
