@@ -1,0 +1,227 @@
+"""LoCoMo loader: turns ``locomo10.json`` samples into typed conversations and questions.
+
+Schema and quirks follow ``shared/data/locomo/README.md`` (upstream snap-research/locomo
+``data/locomo10.json``): sessions come from ``session_N`` keys (not the date keys), every
+turn takes its session's ``session_N_date_time``, image turns carry a ``blip_caption``,
+category-5 items often have no ``answer``, a few answers are ints and a few evidence
+strings are malformed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from nemori_dspy.errors import DatasetError
+from nemori_dspy.types import Message, parse_timestamp
+
+__all__ = [
+    "CATEGORY_NAMES",
+    "SCORED_CATEGORIES",
+    "LoCoMoQuestion",
+    "LoCoMoConversation",
+    "load_locomo",
+    "normalise_evidence",
+    "dataset_sha256",
+]
+
+CATEGORY_NAMES: dict[int, str] = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+"""LoCoMo category code → name (mapping verified against counts in the data README)."""
+
+SCORED_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
+"""Categories mem0 and Nemori score (category 5, adversarial, is excluded)."""
+
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+_DIA_ID = re.compile(r"^D(\d+):(\d+)$")
+
+
+class LoCoMoQuestion(BaseModel):
+    """One QA item of a LoCoMo sample.
+
+    ``index`` is the item's position in the sample's ``qa`` list. ``answer`` is the gold
+    answer as a stripped string (ints go through ``str()``; ``""`` when the key is missing,
+    as for most category-5 items). ``evidence`` holds normalised ``D<session>:<turn>`` ids;
+    ``raw_evidence`` keeps the strings exactly as the file gives them.
+    """
+
+    sample_id: str
+    index: int
+    question: str
+    answer: str = ""
+    category: int
+    evidence: list[str] = Field(default_factory=list)
+    raw_evidence: list[str] = Field(default_factory=list)
+
+    @property
+    def category_name(self) -> str:
+        """Human name of ``category`` (e.g. ``"multi-hop"``)."""
+        return CATEGORY_NAMES.get(self.category, str(self.category))
+
+
+class LoCoMoConversation(BaseModel):
+    """One LoCoMo sample: two speakers, their messages in order, and the QA items."""
+
+    sample_id: str
+    speaker_a: str
+    speaker_b: str
+    messages: list[Message]
+    questions: list[LoCoMoQuestion]
+
+
+def normalise_evidence(raw: list[Any]) -> list[str]:
+    """Normalise a raw ``evidence`` list into well-formed ``D<n>:<m>`` ids.
+
+    Strings are split on ``;`` and whitespace ("D8:6; D9:17", "D9:1 D4:4 D4:6"); pieces
+    that do not match ``D<digits>:<digits>`` ("D", "D:11:26") are dropped; leading zeros
+    are removed ("D30:05" → "D30:5"). Order is kept, duplicates removed.
+    """
+    out: list[str] = []
+    for item in raw or []:
+        for piece in re.split(r"[;\s]+", str(item)):
+            match = _DIA_ID.match(piece.strip())
+            if match:
+                dia = f"D{int(match.group(1))}:{int(match.group(2))}"
+                if dia not in out:
+                    out.append(dia)
+    return out
+
+
+def dataset_sha256(path: str | Path) -> str:
+    """Hex sha256 of the file at ``path`` (64 lowercase hex chars).
+
+    Raises:
+        DatasetError: the file does not exist.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise DatasetError(_missing_message(file))
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_locomo(path: str | Path, sample_ids: list[str] | None = None) -> list[LoCoMoConversation]:
+    """Load LoCoMo samples from ``path`` (``locomo10.json`` or a same-schema subset).
+
+    Args:
+        path: the JSON file (a list of samples).
+        sample_ids: keep only these samples, in this order; ``None`` keeps all in file order.
+
+    Returns:
+        One ``LoCoMoConversation`` per sample. Messages are in session order (sessions
+        sorted by N), each stamped with its session's date-time (naive, conversation-local);
+        ``id`` is the turn's ``dia_id``; image turns get `` [shares an image: <caption>]``.
+
+    Raises:
+        DatasetError: the file is missing, is not valid JSON, is not a list of samples,
+            a sample lacks ``conversation``/``qa``, or a requested sample id is unknown.
+    """
+    file = Path(path)
+    samples = _read_samples(file)
+    by_id = {str(s.get("sample_id", f"#{i}")): s for i, s in enumerate(samples)}
+    if sample_ids is None:
+        chosen = list(by_id.items())
+    else:
+        unknown = [sid for sid in sample_ids if sid not in by_id]
+        if unknown:
+            raise DatasetError(
+                f"{file}: unknown sample id(s) {unknown}. Available: {sorted(by_id)}. "
+                "Fix: pass ids from that list."
+            )
+        chosen = [(sid, by_id[sid]) for sid in sample_ids]
+    return [_parse_sample(file, sid, sample) for sid, sample in chosen]
+
+
+def _missing_message(file: Path) -> str:
+    return (
+        f"{file}: LoCoMo file not found. Fix: download data/locomo10.json from "
+        "https://github.com/snap-research/locomo and pass its path (or set NEMORI_LOCOMO_DIR)."
+    )
+
+
+def _read_samples(file: Path) -> list[dict[str, Any]]:
+    if not file.is_file():
+        raise DatasetError(_missing_message(file))
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(
+            f"{file}: not valid JSON ({exc}). Fix: re-download the file; it must be the "
+            "unmodified locomo10.json or a subset with the same schema."
+        ) from exc
+    if not isinstance(data, list) or not all(isinstance(s, dict) for s in data):
+        raise DatasetError(
+            f"{file}: expected a JSON list of sample objects. Fix: use locomo10.json "
+            "(a list of 10 samples) or a subset with the same schema."
+        )
+    return data
+
+
+def _parse_sample(file: Path, sample_id: str, sample: dict[str, Any]) -> LoCoMoConversation:
+    for key in ("conversation", "qa"):
+        if key not in sample:
+            raise DatasetError(
+                f"{file}: sample {sample_id!r} has no {key!r} key. Fix: use the unmodified "
+                "locomo10.json schema (each sample needs 'conversation' and 'qa')."
+            )
+    conv = sample["conversation"]
+    return LoCoMoConversation(
+        sample_id=sample_id,
+        speaker_a=str(conv.get("speaker_a", "")),
+        speaker_b=str(conv.get("speaker_b", "")),
+        messages=_parse_messages(file, sample_id, conv),
+        questions=[_parse_question(sample_id, i, q) for i, q in enumerate(sample["qa"])],
+    )
+
+
+def _session_numbers(conv: dict[str, Any]) -> list[int]:
+    return sorted(int(m.group(1)) for k in conv if (m := _SESSION_KEY.match(k)))
+
+
+def _parse_messages(file: Path, sample_id: str, conv: dict[str, Any]) -> list[Message]:
+    messages: list[Message] = []
+    for n in _session_numbers(conv):
+        date_key = f"session_{n}_date_time"
+        if date_key not in conv:
+            raise DatasetError(
+                f"{file}: sample {sample_id!r} has session_{n} but no {date_key!r}. "
+                "Fix: use the unmodified locomo10.json."
+            )
+        when = parse_timestamp(conv[date_key], field=f"{sample_id}.{date_key}")
+        messages.extend(_turn_message(turn, when) for turn in conv[f"session_{n}"])
+    return messages
+
+
+def _turn_message(turn: dict[str, Any], when: Any) -> Message:
+    content = str(turn.get("text", ""))
+    caption = turn.get("blip_caption")
+    if caption:
+        content = f"{content} [shares an image: {caption}]"
+    return Message(speaker=turn["speaker"], content=content, timestamp=when, id=turn.get("dia_id"))
+
+
+def _parse_question(sample_id: str, index: int, item: dict[str, Any]) -> LoCoMoQuestion:
+    answer = item.get("answer")
+    raw = [str(e) for e in item.get("evidence") or []]
+    return LoCoMoQuestion(
+        sample_id=sample_id,
+        index=index,
+        question=str(item.get("question", "")),
+        answer="" if answer is None else str(answer).strip(),
+        category=int(item["category"]),
+        evidence=normalise_evidence(raw),
+        raw_evidence=raw,
+    )

@@ -1,0 +1,68 @@
+"""Rendering of memory records into the text fields signatures take (data layout, no instructions)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .types import Episode, SearchResult, StoredMessage
+
+__all__ = ["render_messages", "render_numbered_messages", "render_episode", "render_candidates",
+           "render_entries", "render_context", "clip"]
+
+
+def clip(text: str, max_chars: int) -> str:
+    """Cut ``text`` to ``max_chars`` characters, marking the cut with ``…[truncated N chars]``."""
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
+
+
+def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000) -> str:
+    """One line per message: ``[YYYY-MM-DD HH:MM] speaker: content`` (content clipped to ``max_chars``)."""
+    return "\n".join(f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, max_chars)}" for m in messages)
+
+
+def render_numbered_messages(messages: Sequence[StoredMessage], max_chars: int = 4000) -> str:
+    """Like ``render_messages`` with 1-based numbers: ``3. [2023-05-08 13:56] Caroline: ...``."""
+    return "\n".join(f"{i}. [{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, max_chars)}"
+                     for i, m in enumerate(messages, 1))
+
+
+def _span(ep: Episode) -> str:
+    s, e = f"{ep.start:%Y-%m-%d}", f"{ep.end:%Y-%m-%d}"
+    return s if s == e else f"{s} to {e}"
+
+
+def render_episode(ep: Episode) -> str:
+    """``(date span) cue: narrative`` of one episode."""
+    return f"({_span(ep)}) {ep.cue}: {ep.narrative}"
+
+
+def render_candidates(eps: Sequence[Episode]) -> str:
+    """Numbered candidates ``[k] (span) cue: narrative``, k from 1."""
+    return "\n".join(f"[{k}] {render_episode(ep)}" for k, ep in enumerate(eps, 1))
+
+
+def render_entries(texts: Sequence[str]) -> str:
+    """Numbered entries ``[i] text`` from 1, or ``(none)``."""
+    return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1)) or "(none)"
+
+
+def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000) -> str:
+    """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts.
+
+    Returns "" when nothing was retrieved.
+    """
+    parts: list[str] = []
+    if result.episodes:
+        parts.append("Episodes (most relevant first):")
+        parts += [f"- {render_episode(s.episode)}" for s in result.episodes]
+    raw = [s.episode for s in result.episodes[:raw_top_r] if s.episode.messages]
+    if raw:
+        parts.append("Original messages of the top episodes:")
+        for ep in raw:
+            parts.append(render_messages(ep.messages, max_chars))
+    if result.semantic:
+        parts.append("Known facts:")
+        parts += [f"- {s.entry.text}" for s in result.semantic]
+    return "\n".join(parts)

@@ -1,0 +1,339 @@
+"""The embedded local LLM: find a Qwen2.5-Coder GGUF and serve it with llama.cpp's OpenAI server.
+
+``model="local"`` in :class:`~nemori_dspy.config.NemoriSettings` means: resolve a GGUF file with
+:func:`resolve_gguf`, start ``python -m llama_cpp.server`` on it with :class:`LlamaServer`, and
+point litellm at ``openai/local`` on ``LlamaServer.api_base``.
+
+Only the standard library and ``httpx`` are imported at module import; ``huggingface_hub`` is
+imported when a download is actually needed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import NemoriSettings
+from .errors import ConfigError, ModelServerError
+
+__all__ = [
+    "resolve_gguf",
+    "default_gguf_name",
+    "offline_models_dirs",
+    "LlamaServer",
+    "HUB_REPOS",
+    "OFFLINE_MODELS_ENV",
+]
+
+#: Env var that overrides where ../shared/tools/offline-models puts (and we look for) model files.
+OFFLINE_MODELS_ENV = "NEMORI_OFFLINE_MODELS"
+
+#: Hugging Face Hub repos holding the default GGUFs, keyed by ``local_model_size``.
+HUB_REPOS = {
+    "0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+    "1.5b": "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+}
+
+_FIX_HINT = (
+    "Fix: set NEMORI_GGUF (or --gguf) to a local .gguf file, or NEMORI_MODELS_DIR (or --models-dir) "
+    "to a folder holding it, or run ../shared/tools/offline-models to assemble the local models "
+    "into ~/.cache/nemori-offline-models."
+)
+
+
+def default_gguf_name(size: str) -> str:
+    """File name of the default GGUF for ``size`` ('0.5b' or '1.5b'), e.g. ``qwen2.5-coder-0.5b-instruct-q4_k_m.gguf``."""
+    return f"qwen2.5-coder-{size}-instruct-q4_k_m.gguf"
+
+
+def offline_models_dirs(settings: NemoriSettings | None = None) -> list[Path]:
+    """Folders searched for local model files, in order of priority.
+
+    ``settings.models_dir``, then ``$NEMORI_OFFLINE_MODELS``, then ``~/.cache/nemori-offline-models``
+    (duplicates removed; folders are not required to exist).
+    """
+    dirs: list[Path] = []
+    if settings is not None and settings.models_dir is not None:
+        dirs.append(Path(settings.models_dir).expanduser())
+    env = os.environ.get(OFFLINE_MODELS_ENV)
+    if env:
+        dirs.append(Path(env).expanduser())
+    dirs.append(Path.home() / ".cache" / "nemori-offline-models")
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _hub_download(repo_id: str, filename: str) -> Path:
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as e:  # pragma: no cover - dependency is declared
+        raise ConfigError(f"huggingface_hub is not installed, cannot download {repo_id}/{filename}. {_FIX_HINT}") from e
+    try:
+        return Path(hf_hub_download(repo_id=repo_id, filename=filename))
+    except Exception as e:  # network errors, 404, gated repos...
+        raise ConfigError(
+            f"could not download {filename} from the Hugging Face Hub repo {repo_id} "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}). {_FIX_HINT}"
+        ) from e
+
+
+def resolve_gguf(settings: NemoriSettings) -> Path:
+    """Return the path of the GGUF file the embedded server should load.
+
+    Order:
+      1. ``settings.gguf`` as ``hf:<owner>/<repo>/<filename>`` → downloaded with ``hf_hub_download``;
+      2. ``settings.gguf`` as a path → must exist;
+      3. ``qwen2.5-coder-{local_model_size}-instruct-q4_k_m.gguf`` in ``settings.models_dir``,
+         ``$NEMORI_OFFLINE_MODELS``, ``~/.cache/nemori-offline-models``;
+      4. the same file from the Hub repo ``Qwen/Qwen2.5-Coder-{0.5B,1.5B}-Instruct-GGUF``.
+
+    Raises:
+        ConfigError: the given path does not exist, the ``hf:`` spec is malformed, or the
+            download failed (e.g. no internet); the message says how to fix it.
+    """
+    if settings.gguf:
+        spec = settings.gguf.strip()
+        if spec.startswith("hf:"):
+            parts = spec[3:].strip("/").split("/")
+            if len(parts) < 3:
+                raise ConfigError(
+                    f"gguf={spec!r} is not of the form 'hf:<owner>/<repo>/<filename>'. "
+                    "Fix: e.g. hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+                )
+            return _hub_download("/".join(parts[:2]), "/".join(parts[2:]))
+        p = Path(spec).expanduser()
+        if not p.is_file():
+            raise ConfigError(
+                f"GGUF file not found: {p} (from gguf / NEMORI_GGUF / --gguf). "
+                f"Fix: point it at an existing .gguf file, or unset it to use the default "
+                f"{default_gguf_name(settings.local_model_size)} (see ../shared/tools/offline-models)."
+            )
+        return p.resolve()
+
+    name = default_gguf_name(settings.local_model_size)
+    for d in offline_models_dirs(settings):
+        cand = d / name
+        if cand.is_file():
+            return cand.resolve()
+    return _hub_download(HUB_REPOS[settings.local_model_size], name)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """A ``llama_cpp.server`` subprocess serving one GGUF as the OpenAI model ``local``.
+
+    Use as a context manager (or call :meth:`start` / :meth:`stop`); it is also stopped at
+    interpreter exit. litellm reaches it with ``model=self.model`` (``"openai/local"``),
+    ``api_base=self.api_base`` and any non-empty api key.
+
+    Args:
+        model_path: the GGUF file (see :func:`resolve_gguf`).
+        port: TCP port on 127.0.0.1; None picks a free one.
+        n_ctx: context length in tokens.
+        n_threads: CPU threads for generation.
+        seed: llama.cpp sampling seed.
+        startup_timeout_s: seconds to wait for ``GET /v1/models`` to answer 200.
+        log_dir: folder for ``llama-server.log``; None = a fresh temp dir.
+
+    Attributes:
+        flags: the settings that shaped the run (model path/size, n_ctx, threads, seed, port...),
+            for logging to MLflow.
+        log_path: the server's combined stdout/stderr log.
+        startup_s: seconds from spawn to ready (after :meth:`start`).
+    """
+
+    alias = "local"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        n_ctx: int = 8192,
+        n_threads: int = 2,
+        seed: int = 0,
+        startup_timeout_s: float = 180.0,
+        log_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.model_path = Path(model_path)
+        self.port = port or _free_port()
+        self.n_ctx, self.n_threads, self.seed = n_ctx, n_threads, seed
+        self.startup_timeout_s = startup_timeout_s
+        self._log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="nemori-llama-"))
+        self.log_path = self._log_dir / "llama-server.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_fh: Any = None
+        self.startup_s: float | None = None
+        self.flags: dict[str, Any] = {
+            "gguf": str(self.model_path),
+            "gguf_name": self.model_path.name,
+            "gguf_bytes": self.model_path.stat().st_size if self.model_path.is_file() else None,
+            "n_ctx": n_ctx,
+            "n_threads": n_threads,
+            "seed": seed,
+            "port": self.port,
+            "server": "llama_cpp.server",
+            "llama_cpp_version": _llama_cpp_version(),
+        }
+
+    @classmethod
+    def from_settings(cls, settings: NemoriSettings, **kw: Any) -> "LlamaServer":
+        """Build (not start) a server from ``settings``: resolves the GGUF, takes n_ctx/n_threads/seed/port."""
+        return cls(
+            resolve_gguf(settings),
+            port=settings.server_port,
+            n_ctx=settings.n_ctx,
+            n_threads=settings.n_threads,
+            seed=settings.seed,
+            **kw,
+        )
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def api_base(self) -> str:
+        """OpenAI base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def model(self) -> str:
+        """litellm model string for this server: ``openai/local``."""
+        return f"openai/{self.alias}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        """The argv used to start the server."""
+        return [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(self.model_path),
+            "--model_alias", self.alias,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx),
+            "--n_threads", str(self.n_threads),
+            "--logits_all", "False",
+            "--seed", str(self.seed),
+            "--verbose", "False",
+        ]
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "LlamaServer":
+        """Spawn the server and block until it answers ``GET /v1/models``.
+
+        Raises:
+            ModelServerError: the model file is missing, the process exited, or it was not
+                ready within ``startup_timeout_s``; the message includes the log tail.
+        """
+        if self.running:
+            return self
+        if not self.model_path.is_file():
+            raise ModelServerError(f"GGUF file not found: {self.model_path}. {_FIX_HINT}")
+        import httpx
+
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_fh = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        self._proc = subprocess.Popen(
+            self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        atexit.register(self.stop)
+        url = f"{self.api_base}/models"
+        deadline = t0 + self.startup_timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                rc = self._proc.poll()
+                if rc is not None:
+                    tail = self.log_tail()
+                    self._cleanup()
+                    raise ModelServerError(
+                        f"llama.cpp server exited with code {rc} before becoming ready "
+                        f"(model {self.model_path}, port {self.port}). Log {self.log_path}:\n{tail}"
+                    )
+                try:
+                    r = client.get(url)
+                    if r.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    tail = self.log_tail()
+                    self.stop()
+                    raise ModelServerError(
+                        f"llama.cpp server not ready after {self.startup_timeout_s:.0f}s "
+                        f"(model {self.model_path}, port {self.port}). "
+                        f"Fix: raise the startup timeout or use a smaller model. Log {self.log_path}:\n{tail}"
+                    )
+                time.sleep(0.25)
+        self.startup_s = time.monotonic() - t0
+        self.flags["startup_s"] = round(self.startup_s, 2)
+        return self
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s). Idempotent."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self._proc = None
+        if self._log_fh is not None:
+            try:
+                self._log_fh.close()
+            finally:
+                self._log_fh = None
+        try:
+            atexit.unregister(self.stop)
+        except Exception:  # pragma: no cover
+            pass
+
+    def log_tail(self, n_lines: int = 40) -> str:
+        """Last ``n_lines`` of the server log (empty if none)."""
+        try:
+            if self._log_fh is not None:
+                self._log_fh.flush()
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n_lines:])
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"LlamaServer({self.model_path.name!r}, port={self.port}, {state})"
+
+
+def _llama_cpp_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("llama_cpp_python")
+    except Exception:
+        return None

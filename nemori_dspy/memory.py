@@ -1,0 +1,214 @@
+"""``Memory``: the public facade — add messages, flush, search, answer, inspect and delete.
+
+Threading: calls for different users run concurrently; one user's processing is serialised by a
+per-user lock, so their episodes form in message order.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+from pydantic import ValidationError
+
+from .config import NemoriSettings
+from .embedders import Embedder
+from .errors import InvalidInputError, UnknownUserError
+from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
+from .modules.resources import Resources
+from .store.base import MemoryStore
+from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry
+from .usage import LEDGER
+
+__all__ = ["Memory", "AddResult", "validate_user_id"]
+
+log = logging.getLogger(__name__)
+
+_USER_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
+
+
+def validate_user_id(user_id: Any) -> str:
+    """Return ``user_id`` if it is a 1-256 character string without control characters.
+
+    User ids are only ever bound as SQL parameters, never spliced into paths or table names,
+    so ``../../etc/passwd`` or ``DROP TABLE`` are stored as inert strings.
+
+    Raises:
+        InvalidInputError: not a string, empty, longer than 256, or with control characters.
+    """
+    if not isinstance(user_id, str) or not _USER_ID.match(user_id):
+        shown = repr(user_id)[:60]
+        raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control characters",
+                                "use a stable id such as 'alice' or a UUID")
+    return user_id
+
+
+def _parse_messages(messages: Iterable[Message | dict]) -> list[Message]:
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, Message):
+            out.append(m)
+            continue
+        if not isinstance(m, dict):
+            raise InvalidInputError(f"messages[{i}]", f"expected a Message or dict, got {type(m).__name__}",
+                                    "pass {'speaker': ..., 'content': ..., 'timestamp': ...}")
+        data = dict(m)
+        if "role" in data and "speaker" not in data:
+            data["speaker"] = data.pop("role")
+        try:
+            out.append(Message.model_validate(data))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "?"
+            raise InvalidInputError(f"messages[{i}].{field}", err["msg"],
+                                    "give speaker (str), non-blank content (str), timestamp "
+                                    "(ISO 8601 or datetime), optional id (str)") from exc
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"messages[{i}].{exc.field}", exc.problem, exc.fix) from exc
+    return out
+
+
+class AddResult(dict):
+    """Result of ``add_messages``: ``accepted`` (new), ``duplicates`` (already stored), ``pending``
+    (buffered after processing) and ``report`` (a ``ProcessReport`` or None)."""
+
+    __getattr__ = dict.__getitem__
+
+
+class Memory:
+    """Long-term memory for one store, many users.
+
+    Args:
+        store: a ``MemoryStore`` (e.g. ``SQLiteStore(path)``).
+        embedder: an ``Embedder``; its name and dimension are checked against the store.
+        settings: knobs (window size, top-k, τ...); default ``NemoriSettings()``.
+        pipeline: a prebuilt ``NemoriPipeline`` (e.g. loaded optimized state); default built from settings.
+        stage_lms: per-stage LMs (see ``Runtime.stage_lms``). LM calls use ``dspy.settings.lm``.
+    Raises:
+        EmbedderMismatchError: the store was built with another embedder.
+    """
+
+    def __init__(self, store: MemoryStore, embedder: Embedder, settings: NemoriSettings | None = None,
+                 pipeline: NemoriPipeline | None = None, stage_lms: dict | None = None) -> None:
+        self.settings = settings or NemoriSettings()
+        self.store = store
+        self.embedder = embedder
+        store.check_embedder(embedder.name, embedder.dim)
+        self.resources = Resources(store=store, embedder=embedder, settings=self.settings)
+        self.pipeline = pipeline or NemoriPipeline(self.resources, stage_factory(self.settings, stage_lms))
+        self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, user_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks[user_id]
+
+    def _known(self, user_id: str) -> str:
+        validate_user_id(user_id)
+        if not self.store.user_exists(user_id):
+            raise UnknownUserError(user_id)
+        return user_id
+
+    # ------------------------------------------------------------------ ingest
+    def add_messages(self, user_id: str, messages: Sequence[Message | dict], process: bool = True) -> AddResult:
+        """Persist messages, then (if ``process``) build episodes from every full window of w = 20.
+
+        Blocks: the messages are durably stored before any LLM call, and when the call returns every
+        full window has been processed (LLM calls happen in the calling thread). Messages of a partial
+        window stay buffered until more arrive or ``flush``. Re-sending a message (same id, or same
+        speaker + timestamp + content when no id) is a no-op.
+
+        Returns:
+            ``AddResult`` with ``accepted``, ``duplicates``, ``pending`` and ``report``.
+        Raises:
+            InvalidInputError: a bad user id or message field (nothing is stored then).
+        """
+        validate_user_id(user_id)
+        if isinstance(messages, (str, bytes, dict, Message)):
+            raise InvalidInputError("messages", "expected a list of messages", "wrap a single message in a list")
+        parsed = _parse_messages(messages)
+        accepted = self.store.add_messages(user_id, parsed)
+        report = self.process(user_id) if process else None
+        return AddResult(accepted=len(accepted), duplicates=len(parsed) - len(accepted),
+                         pending=self.store.stats(user_id)["pending"], report=report)
+
+    def process(self, user_id: str, force: bool = False) -> ProcessReport:
+        """Process full windows (every pending message if ``force``); one user at a time."""
+        with self._lock(user_id):
+            report = self.pipeline.process(user_id, force=force)
+        for p in report.parked:
+            log.warning("parked for %s: %s", user_id, p)
+        return report
+
+    def flush(self, user_id: str) -> ProcessReport:
+        """Process every buffered message of the user now, even a partial window (end of conversation).
+
+        Raises:
+            UnknownUserError: nothing was ever added for ``user_id``.
+        """
+        return self.process(self._known(user_id), force=True)
+
+    def status(self, user_id: str) -> dict[str, Any]:
+        """Counts for one user (messages, pending, episodes, semantic, to_distill) plus global counters."""
+        return {**self.store.stats(self._known(user_id)), "counters": dict(LEDGER.counters)}
+
+    # ------------------------------------------------------------------ query
+    def search(self, user_id: str, query: str, top_k: int | None = None,
+               semantic_top_k: int | None = None) -> SearchResult:
+        """Top-k episodes and top-m semantic entries by cosine to ``query`` (k = 10, m = 20 by default, §4.1)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInputError("query", "is empty", "pass a non-empty question or phrase")
+        return self.pipeline.response.retrieve(self._known(user_id), query, top_k, semantic_top_k)
+
+    def answer(self, user_id: str, question: str, use_memory: bool = True) -> AnswerResult:
+        """Answer from memory with P_ans (§3.4); ``use_memory=False`` answers with an empty context.
+
+        Returns:
+            ``AnswerResult`` with the answer, the context string used, what was retrieved, and the
+            usage of this call's answer stage.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInputError("question", "is empty", "pass a non-empty question")
+        user_id = self._known(user_id) if use_memory else validate_user_id(user_id)
+        before = LEDGER.snapshot().get("answer")
+        pred = self.pipeline(user_id=user_id, question=question, use_memory=use_memory)
+        after = LEDGER.snapshot().get("answer")
+        usage = after.model_copy() if after else None
+        if usage is not None and before is not None:
+            usage = usage.model_copy(update={k: getattr(after, k) - getattr(before, k) for k in type(after).model_fields})
+        from .types import Usage
+        return AnswerResult(question=question, answer=pred.answer, context=pred.context, retrieved=pred.retrieved,
+                            usage=usage or Usage(), mode="memory" if use_memory else "no-memory")
+
+    # ------------------------------------------------------------------ inspect / delete
+    def get_episode(self, user_id: str, episode_id: str) -> Episode:
+        """One live episode with raw messages. Raises ``UnknownUserError``/``NotFoundError``."""
+        return self.store.get_episode(self._known(user_id), episode_id)
+
+    def list_episodes(self, user_id: str) -> list[Episode]:
+        """All live episodes of the user, oldest first."""
+        return self.store.list_episodes(self._known(user_id))
+
+    def delete_episode(self, user_id: str, episode_id: str) -> None:
+        """Delete one episode (its messages are not re-buffered)."""
+        self.store.delete_episode(self._known(user_id), episode_id)
+
+    def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:
+        """One live semantic entry. Raises ``UnknownUserError``/``NotFoundError``."""
+        return self.store.get_semantic(self._known(user_id), entry_id)
+
+    def list_semantic(self, user_id: str) -> list[SemanticEntry]:
+        """All live semantic entries of the user, oldest first."""
+        return self.store.list_semantic(self._known(user_id))
+
+    def delete_semantic(self, user_id: str, entry_id: str) -> None:
+        """Delete one semantic entry."""
+        self.store.delete_semantic(self._known(user_id), entry_id)
+
+    def delete_user(self, user_id: str) -> None:
+        """Remove everything derived from the user: messages, episodes, semantic entries."""
+        with self._lock(self._known(user_id)):
+            self.store.delete_user(user_id)

@@ -1,0 +1,181 @@
+"""Episodic Memory Integration (§3.2): partition → narrate → associate/merge.
+
+Composition only: prompts live in ``nemori_dspy.signatures``; the store and embedder come in
+through ``Resources``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Callable, Sequence
+
+import dspy
+
+from ..errors import LLMError
+from ..formatting import render_candidates, render_episode, render_messages, render_numbered_messages
+from ..types import Episode, StoredMessage
+from ..usage import LEDGER
+from .resources import Resources
+
+__all__ = ["EpisodicIntegration", "repair_partition", "episode_id"]
+
+log = logging.getLogger(__name__)
+
+
+def episode_id(user_id: str, message_ids: Sequence[str]) -> str:
+    """Deterministic episode id from its user and message ids (a replay after a crash reuses it)."""
+    raw = user_id + "\x1f" + "\x1f".join(sorted(message_ids))
+    return "ep_" + hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def repair_partition(groups: object, n: int) -> tuple[list[list[int]], list[str]]:
+    """Turn an LLM partition reply into a true partition of 1..n (§3.2.1).
+
+    Out-of-range, non-integer and repeated indices are dropped (first occurrence wins); each missing
+    index joins the group of its nearest earlier index (else the nearest later one, else a new
+    group). Groups come back sorted, each ascending, none empty.
+
+    Returns:
+        (groups, problems): the repaired partition and a list of what was wrong ([] if valid).
+    """
+    problems: list[str] = []
+    seen: set[int] = set()
+    out: list[list[int]] = []
+    for g in groups if isinstance(groups, list) else []:
+        cur: list[int] = []
+        for x in g if isinstance(g, list) else [g]:
+            try:
+                i = int(x)
+            except (TypeError, ValueError):
+                problems.append(f"non-integer {x!r}")
+                continue
+            if not 1 <= i <= n:
+                problems.append(f"out of range {i}")
+            elif i in seen:
+                problems.append(f"duplicate {i}")
+            else:
+                seen.add(i)
+                cur.append(i)
+        if cur:
+            out.append(cur)
+    if not isinstance(groups, list):
+        problems.append(f"not a list: {groups!r}"[:80])
+    owner = {i: gi for gi, g in enumerate(out) for i in g}
+    for i in range(1, n + 1):
+        if i in owner:
+            continue
+        problems.append(f"missing {i}")
+        near = next((owner[j] for j in range(i - 1, 0, -1) if j in owner), None)
+        if near is None:
+            near = next((owner[j] for j in range(i + 1, n + 1) if j in owner), None)
+        if near is None:
+            out.append([])
+            near = len(out) - 1
+        out[near].append(i)
+        owner[i] = near
+    groups_sorted = sorted((sorted(g) for g in out if g), key=lambda g: g[0])
+    return groups_sorted, problems
+
+
+class EpisodicIntegration(dspy.Module):
+    """Turn one buffer window into episodes, merging continuations of earlier windows' episodes.
+
+    ``forward(user_id, messages, window)`` → ``dspy.Prediction(episodes=[Episode], superseded=[id])``:
+    episodes to store (new or merged, §3.2.3 Case 1/2) and ids of stored episodes they supersede.
+    Association searches only episodes of windows < ``window``. Every message lands in exactly
+    one returned episode.
+
+    Raises:
+        LLMError: narration or integration failed after retries (nothing is stored; the window's
+            messages stay in the buffer).
+    """
+
+    def __init__(self, resources: Resources, make: Callable[[str], dspy.Module]) -> None:
+        super().__init__()
+        self.res = resources
+        self.partition = make("partition")
+        self.narrate = make("narrate")
+        self.select = make("select")
+        self.integrate = make("integrate")
+
+    def split(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+        """P_par with validation and repair; one message → one group without an LLM call."""
+        n = len(messages)
+        if n == 1:
+            return [list(messages)]
+        try:
+            reply = self.partition(messages=render_numbered_messages(messages, self.res.settings.max_message_chars),
+                                   message_count=n).groups
+        except LLMError as exc:
+            LEDGER.count("partition_fallback_whole_window")
+            log.warning("partition failed, using the whole window as one episode: %s", exc)
+            reply = [list(range(1, n + 1))]
+        groups, problems = repair_partition(reply, n)
+        if problems:
+            LEDGER.count("partition_repairs")
+            log.info("partition reply repaired (%d problems): %s", len(problems), problems[:5])
+        return [[messages[i - 1] for i in g] for g in groups]
+
+    def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
+        """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2)."""
+        pred = self.narrate(messages=render_messages(msgs, self.res.settings.max_message_chars))
+        cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
+        if not narrative:
+            raise LLMError("narration returned an empty narrative; the messages stay buffered. "
+                           "Fix: retry later or use a stronger model.")
+        ids = [m.id for m in msgs]
+        return Episode(id=episode_id(user_id, ids), user_id=user_id, cue=cue or narrative[:80],
+                       narrative=narrative, message_ids=ids, messages=list(msgs),
+                       start=min(m.timestamp for m in msgs), end=max(m.timestamp for m in msgs),
+                       vector=self.res.embed(f"{cue}\n{narrative}"), window=window)
+
+    def merge(self, old: Episode, new: Episode, window: int) -> Episode:
+        """P_int: (c_ν, N_ν) from both; raw = P_k ‖ P_j; re-embedded; supersedes ``old`` (§3.2.3)."""
+        pred = self.integrate(earlier_episode=render_episode(old), new_episode=render_episode(new))
+        cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
+        if not narrative:
+            raise LLMError("integration returned an empty narrative. Fix: retry later or use a stronger model.")
+        ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
+        return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:80],
+                       narrative=narrative, message_ids=ids, messages=old.messages + new.messages,
+                       start=min(old.start, new.start), end=max(old.end, new.end),
+                       vector=self.res.embed(f"{cue}\n{narrative}"), supersedes=[old.id, *old.supersedes],
+                       window=window)
+
+    def choose(self, ep: Episode, candidates: list[Episode]) -> Episode | None:
+        """P_sel over the top-K_e candidates; returns the chosen one or None (idx = -1)."""
+        if not candidates:
+            return None
+        choice = self.select(new_episode=render_episode(ep), candidates=render_candidates(candidates)).choice
+        try:
+            k = int(choice)
+        except (TypeError, ValueError):
+            return None
+        return candidates[k - 1] if 1 <= k <= len(candidates) else None
+
+    def forward(self, user_id: str, messages: Sequence[StoredMessage], window: int) -> dspy.Prediction:
+        s = self.res.settings
+        out: dict[str, Episode] = {}        # id → episode to store, in creation order
+        current: dict[str, Episode] = {}    # stored id (or earlier merged id) → its latest version
+        superseded: list[str] = []
+        for msgs in self.split(messages):
+            ep = self.narrate_group(user_id, msgs, window)
+            hits = self.res.store.search_episodes(user_id, ep.vector, s.association_top_k, before_window=window)
+            cands = [current.get(h.episode.id, h.episode) for h in hits]
+            cands = list({c.id: c for c in cands}.values())
+            target = self.choose(ep, cands)
+            if target is not None:
+                merged = self.merge(target, ep, window)
+                LEDGER.count("episode_merges")
+                if target.id in out:
+                    del out[target.id]
+                else:
+                    superseded.append(target.id)
+                for h in hits:
+                    if current.get(h.episode.id, h.episode).id == target.id:
+                        current[h.episode.id] = merged
+                current[target.id] = merged
+                ep = merged
+            out[ep.id] = ep
+        return dspy.Prediction(episodes=list(out.values()), superseded=superseded)

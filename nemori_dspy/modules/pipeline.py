@@ -1,0 +1,125 @@
+"""``NemoriPipeline``: the whole method as one ``dspy.Module`` graph with stable predictor names.
+
+Predictor names (for optimizers and save/load): ``episodic.{partition,narrate,select,integrate}``,
+``semantic.{anticipate,distill,consolidate,direct_distill}``, ``response.answer`` (each wraps a
+``.predict``). ``save(path)``/``load(path)`` round-trip instructions and demos of all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import dspy
+
+from ..config import NemoriSettings
+from ..errors import LLMError
+from ..predict import StagePredict, load_predictor_class
+from ..signatures import SIGNATURES
+from ..usage import LEDGER
+from .episodic import EpisodicIntegration
+from .resources import Resources
+from .response import ResponseGeneration
+from .semantic import SemanticDistillation
+
+__all__ = ["NemoriPipeline", "ProcessReport", "stage_factory"]
+
+log = logging.getLogger(__name__)
+
+
+def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | None = None,
+                  predictor_classes: dict[str, str] | None = None) -> Callable[[str], dspy.Module]:
+    """Build ``make(stage) -> StagePredict`` from settings: per-stage max_tokens, LM and predictor class.
+
+    ``predictor_classes`` maps a stage to a dotted class path (e.g. ``{"answer": "dspy.ChainOfThought"}``).
+    """
+    stage_lms = stage_lms or {}
+    predictor_classes = predictor_classes or {}
+
+    def make(name: str) -> dspy.Module:
+        cls = load_predictor_class(predictor_classes[name]) if name in predictor_classes else dspy.Predict
+        return StagePredict(SIGNATURES[name], name, max_tokens=settings.stage_max_tokens(name),
+                            parse_retries=settings.parse_retries, lm=stage_lms.get(name), predictor_class=cls)
+
+    return make
+
+
+@dataclass
+class ProcessReport:
+    """What one processing pass did: windows, episodes, merges, semantic changes, and parked work."""
+
+    windows: int = 0
+    episodes: int = 0
+    superseded: int = 0
+    distilled: int = 0
+    semantic_inserts: int = 0
+    semantic_deletes: int = 0
+    parked: list[str] = field(default_factory=list)
+
+
+class NemoriPipeline(dspy.Module):
+    """Episodic integration → semantic distillation → response generation over one store.
+
+    Args:
+        resources: store, embedder and settings (shared, never deep-copied).
+        make: predictor factory (see ``stage_factory``); default from ``resources.settings``.
+        episodic / semantic / response: replacement modules with the same ``forward`` contract.
+    """
+
+    def __init__(self, resources: Resources, make: Callable[[str], dspy.Module] | None = None,
+                 episodic: dspy.Module | None = None, semantic: dspy.Module | None = None,
+                 response: dspy.Module | None = None) -> None:
+        super().__init__()
+        self.res = resources
+        make = make or stage_factory(resources.settings)
+        self.episodic = episodic or EpisodicIntegration(resources, make)
+        self.semantic = semantic or SemanticDistillation(resources, make)
+        self.response = response or ResponseGeneration(resources, make)
+
+    def process_window(self, user_id: str, force: bool, report: ProcessReport) -> bool:
+        """Form episodes from the next window if it is full (or ``force``); True if one was committed."""
+        store, w = self.res.store, self.res.settings.window_size
+        pending = store.pending_messages(user_id, limit=w)
+        if not pending or (len(pending) < w and not force):
+            return False
+        window = store.next_window(user_id)
+        try:
+            pred = self.episodic(user_id=user_id, messages=pending, window=window)
+        except LLMError as exc:
+            report.parked.append(f"window {window} ({len(pending)} messages stay buffered): {exc}")
+            LEDGER.count("parked_windows")
+            return False
+        store.commit_window(user_id, window, pred.episodes, pred.superseded)
+        report.windows += 1
+        report.episodes += len(pred.episodes)
+        report.superseded += len(pred.superseded)
+        return True
+
+    def distill_pending(self, user_id: str, report: ProcessReport) -> None:
+        """Distill every committed-but-undistilled episode, committing each atomically."""
+        for ep in self.res.store.episodes_to_distill(user_id):
+            try:
+                pred = self.semantic(user_id=user_id, episode=ep)
+            except LLMError as exc:
+                report.parked.append(f"episode {ep.id} distillation: {exc}")
+                LEDGER.count("parked_distillations")
+                continue
+            self.res.store.commit_distillation(user_id, ep.id, pred.inserts, pred.deletes)
+            report.distilled += 1
+            report.semantic_inserts += len(pred.inserts)
+            report.semantic_deletes += len(pred.deletes)
+
+    def process(self, user_id: str, force: bool = False) -> ProcessReport:
+        """Process full windows (all pending messages if ``force``), distilling after each window."""
+        report = ProcessReport()
+        self.distill_pending(user_id, report)  # finish work a crash or failure left behind
+        while self.process_window(user_id, force, report):
+            self.distill_pending(user_id, report)
+            if report.parked:
+                break
+        return report
+
+    def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
+        """Answer ``question`` from the user's memory (the graph's inference entry point)."""
+        return self.response(user_id=user_id, question=question, use_memory=use_memory)

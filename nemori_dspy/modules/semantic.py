@@ -1,0 +1,157 @@
+"""Semantic Knowledge Distillation (§3.3): evoke → anticipate → distill → consolidate.
+
+``distillation="direct"`` swaps evoke/anticipate/distill for one direct-distillation call
+(Nemori-s, Appendix D.2); ``consolidation=False`` appends insights without P_con (Appendix A.2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import dspy
+import numpy as np
+
+from ..formatting import render_entries, render_messages
+from ..types import Episode, SemanticEntry
+from ..usage import LEDGER
+from .resources import Resources
+
+__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE"]
+
+log = logging.getLogger(__name__)
+
+#: cosine at or above which an insight counts as a duplicate of an existing entry (logged only).
+DUPLICATE_COSINE = 0.95
+
+
+def _entry_id(user_id: str, episode_id: str, text: str) -> str:
+    return "sem_" + hashlib.sha256(f"{user_id}\x1f{episode_id}\x1f{text}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class Consolidation:
+    """The pending semantic changes of one episode: entries to insert and stored ids to delete.
+
+    Keeps a local overlay so later insights of the same episode see earlier ones.
+    """
+
+    inserts: list[SemanticEntry] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+    def remove(self, ids: list[str]) -> None:
+        """Delete entries: a pending insert is dropped, a stored one is scheduled for deletion."""
+        pending = {e.id for e in self.inserts}
+        self.inserts = [e for e in self.inserts if e.id not in ids]
+        self.deletes += [i for i in ids if i not in pending and i not in self.deletes]
+
+
+def _clean_insights(raw: object) -> list[str]:
+    items = raw if isinstance(raw, list) else [raw]
+    out: list[str] = []
+    for x in items:
+        t = str(x).strip().lstrip("-•* ").strip()
+        if t and t not in out:
+            out.append(t)
+    return out
+
+
+class SemanticDistillation(dspy.Module):
+    """Distill one (new or merged) episode into semantic memory changes.
+
+    ``forward(user_id, episode)`` → ``dspy.Prediction(inserts, deletes, insights, evoked)`` where
+    ``inserts``/``deletes`` are for ``MemoryStore.commit_distillation``. Nothing is written here.
+    Defaults: K_s = 10 and τ = 0.70 on cosine for evocation (§3.3.1), K_m = 5 (§3.3.3).
+
+    Raises:
+        LLMError: a stage failed after retries (the episode stays undistilled; retried next flush).
+    """
+
+    def __init__(self, resources: Resources, make: Callable[[str], dspy.Module]) -> None:
+        super().__init__()
+        self.res = resources
+        self.anticipate = make("anticipate")
+        self.distill = make("distill")
+        self.consolidate = make("consolidate")
+        self.direct_distill = make("direct_distill")
+
+    def evoke(self, user_id: str, episode: Episode) -> list[str]:
+        """S_in = top-K_s entries with cosine > τ (§3.3.1); counts empty contexts in the ledger."""
+        s = self.res.settings
+        hits = self.res.store.search_semantic(user_id, episode.vector, s.evoke_top_k, threshold=s.evoke_threshold)
+        LEDGER.count("evoke_calls")
+        if not hits:
+            LEDGER.count("evoke_empty")
+        return [h.entry.text for h in hits]
+
+    def insights(self, user_id: str, episode: Episode) -> tuple[list[str], list[str]]:
+        """K_in: prediction-error insights (§3.3.2), or direct ones for Nemori-s. Returns (insights, evoked)."""
+        msgs = render_messages(episode.messages, self.res.settings.max_message_chars)
+        if self.res.settings.distillation == "direct":
+            return _clean_insights(self.direct_distill(episode_messages=msgs).insights), []
+        evoked = self.evoke(user_id, episode)
+        predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
+                                    known_facts=evoked).predicted_episode
+        found = self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights
+        return _clean_insights(found), evoked
+
+    def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
+        """Top-K_m similar live entries: stored ones not deleted, plus this episode's pending inserts."""
+        k = self.res.settings.consolidation_top_k
+        stored = self.res.store.search_semantic(user_id, vec, k + len(plan.deletes))
+        pool = [(h.entry, h.score) for h in stored if h.entry.id not in plan.deletes]
+        v = np.asarray(vec, dtype=np.float32)
+        pool += [(e, float(np.dot(v, np.asarray(e.vector, dtype=np.float32)))) for e in plan.inserts]
+        pool.sort(key=lambda p: (-p[1], p[0].id))
+        return pool[:k]
+
+    def apply(self, user_id: str, episode: Episode, insight: str, plan: Consolidation) -> None:
+        """P_con for one insight k_q: new | merge(idxs, k_μ) | conflict(idxs) applied to ``plan`` (§3.3.3)."""
+        vec = self.res.embed(insight)
+        new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
+                                  vector=vec, source_episode_ids=[episode.id])
+        cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
+        if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
+            LEDGER.count("insight_duplicates")
+        if not cands:
+            plan.inserts.append(new_entry)
+            LEDGER.count("consolidation.new")
+            return
+        d = self.consolidate(insight=insight, existing_entries=render_entries([e.text for e, _ in cands]))
+        targets = [cands[i - 1][0] for i in sorted(set(_ints(d.targets))) if 1 <= i <= len(cands)]
+        action = str(d.action)
+        merged = str(d.merged_text or "").strip()
+        if action == "merge" and targets and merged:
+            plan.remove([t.id for t in targets])
+            plan.inserts.append(SemanticEntry(
+                id=_entry_id(user_id, episode.id, merged), user_id=user_id, text=merged, vector=self.res.embed(merged),
+                source_episode_ids=sorted({episode.id, *(s for t in targets for s in t.source_episode_ids)}),
+                supersedes=[t.id for t in targets]))
+        elif action == "conflict" and targets:
+            plan.remove([t.id for t in targets])
+            new_entry.supersedes = [t.id for t in targets]
+            plan.inserts.append(new_entry)
+        else:
+            action = "new"
+            plan.inserts.append(new_entry)
+        LEDGER.count(f"consolidation.{action}")
+
+    def forward(self, user_id: str, episode: Episode) -> dspy.Prediction:
+        found, evoked = self.insights(user_id, episode)
+        plan = Consolidation()
+        for insight in found:
+            self.apply(user_id, episode, insight, plan)
+        LEDGER.count("insights", len(found))
+        return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
+
+
+def _ints(raw: object) -> list[int]:
+    out = []
+    for x in raw if isinstance(raw, list) else [raw]:
+        try:
+            out.append(int(x))
+        except (TypeError, ValueError):
+            continue
+    return out

@@ -1,0 +1,87 @@
+"""``StagePredict``: the one place a stage's predictor is called, with accounting and retries.
+
+It sets the stage for the usage ledger, applies the stage's ``max_tokens``, and on a reply that
+does not parse (or a provider error that survived litellm's own retries) re-asks with DSPy's
+response cache bypassed and a nonzero temperature — at temperature 0 a cached bad reply would
+come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; callers park the work.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any, Callable
+
+import dspy
+
+from .errors import ConfigError, LLMError
+from .usage import LEDGER, stage
+
+__all__ = ["StagePredict", "load_predictor_class"]
+
+log = logging.getLogger(__name__)
+
+
+def load_predictor_class(path: str) -> Callable[[type[dspy.Signature]], dspy.Module]:
+    """Import a predictor class from a dotted path such as ``dspy.ChainOfThought``.
+
+    Raises:
+        ConfigError: the path does not name an importable attribute.
+    """
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"predictor class {path!r} cannot be imported ({exc}). Fix: give a dotted path "
+                          "such as 'dspy.Predict' or 'dspy.ChainOfThought'.") from exc
+
+
+class StagePredict(dspy.Module):
+    """Run one signature as pipeline stage ``stage_name``.
+
+    Args:
+        signature: the stage's ``dspy.Signature``.
+        stage_name: ledger name, one of ``nemori_dspy.config.STAGES``.
+        max_tokens: output cap for this stage (None = the LM's default).
+        parse_retries: re-asks after a failed call, each bypassing the response cache.
+        lm: a stage-specific LM (None = the one in ``dspy.settings``).
+        predictor_class: DSPy predictor wrapping the signature (default ``dspy.Predict``).
+    Raises (from ``forward``):
+        LLMError: every attempt failed; the message names the stage and the last error.
+    """
+
+    def __init__(self, signature: type[dspy.Signature], stage_name: str, max_tokens: int | None = None,
+                 parse_retries: int = 1, lm: dspy.BaseLM | None = None,
+                 predictor_class: Callable[..., dspy.Module] = dspy.Predict) -> None:
+        super().__init__()
+        self.stage_name = stage_name
+        self.max_tokens = max_tokens
+        self.parse_retries = parse_retries
+        self.predict = predictor_class(signature)
+        if lm is not None:
+            self.predict.set_lm(lm)
+
+    def _config(self, attempt: int) -> dict[str, Any]:
+        config: dict[str, Any] = {}
+        if self.max_tokens:
+            config["max_tokens"] = self.max_tokens
+        if attempt:
+            config.update(cache=False, temperature=0.7, rollout_id=attempt)
+        return config
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        last: Exception | None = None
+        with stage(self.stage_name):
+            for attempt in range(self.parse_retries + 1):
+                if attempt:
+                    LEDGER.count("retries")
+                    LEDGER.count(f"retries.{self.stage_name}")
+                try:
+                    return self.predict(**inputs, config=self._config(attempt))
+                except Exception as exc:  # parse errors and provider errors alike: re-ask, then park
+                    last = exc
+                    log.warning("stage %s attempt %d failed: %s", self.stage_name, attempt + 1, str(exc)[:300])
+        LEDGER.count("failed_stage_calls")
+        raise LLMError(f"stage {self.stage_name!r} failed after {self.parse_retries + 1} attempt(s): "
+                       f"{type(last).__name__}: {str(last)[:500]}. Fix: check the model server is up and the "
+                       "model can follow the format (try a larger model or adapter='json').") from last

@@ -1,0 +1,92 @@
+"""Entry-point wiring: ``NemoriSettings`` → LMs (litellm via ``dspy.LM``) → ``dspy.configure``.
+
+Config flows one way: build a ``Runtime`` once at the entry point; modules read the configured LM.
+``model="local"`` starts the embedded llama.cpp server and points an ``openai/local`` LM at it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+
+from .config import NemoriSettings
+from .usage import UsageTrackingMixin
+
+__all__ = ["TrackedLM", "Runtime", "build_runtime", "make_lm"]
+
+log = logging.getLogger(__name__)
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+class TrackedLM(UsageTrackingMixin, dspy.LM):
+    """``dspy.LM`` whose calls are charged per stage to ``nemori_dspy.usage.LEDGER``."""
+
+
+def make_lm(settings: NemoriSettings, model: str, api_base: str | None = None, api_key: str | None = None,
+            max_tokens: int | None = None) -> TrackedLM:
+    """One litellm-backed LM. ``engine="litellm"`` is forced: dspy 3.4's default engine sends
+    ``max_completion_tokens``, which llama.cpp ignores (a run-away generation)."""
+    kwargs: dict[str, Any] = {}
+    if api_base:
+        kwargs["api_base"] = api_base
+    key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
+    if key:
+        kwargs["api_key"] = key
+    return TrackedLM(model, engine="litellm", temperature=settings.temperature, seed=settings.seed,
+                     max_tokens=max_tokens or settings.max_tokens, cache=settings.cache,
+                     num_retries=settings.num_retries, timeout=settings.timeout_s, **kwargs)
+
+
+@dataclass
+class Runtime:
+    """Live LMs built from settings, plus the embedded server when ``model == "local"``."""
+
+    settings: NemoriSettings
+    lm: dspy.BaseLM
+    judge_lm: dspy.BaseLM
+    stage_lms: dict[str, dspy.BaseLM] = field(default_factory=dict)
+    server: Any = None
+    model_label: str = ""
+
+    def close(self) -> None:
+        """Stop the embedded server, if any."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_runtime(settings: NemoriSettings, configure: bool = True) -> Runtime:
+    """Build LMs (starting the local server if asked) and, by default, ``dspy.configure`` them.
+
+    Raises:
+        ConfigError: the local GGUF cannot be found or fetched.
+        ModelServerError: the local server did not start.
+    """
+    model, api_base, api_key, server, label = settings.model, settings.api_base, None, None, settings.model
+    if model == "local":
+        from .local_server import LlamaServer, resolve_gguf
+
+        gguf = resolve_gguf(settings)
+        server = LlamaServer(gguf, n_ctx=settings.n_ctx, n_threads=settings.n_threads, seed=settings.seed,
+                             port=settings.server_port)
+        server.start()
+        model, api_base, api_key, label = server.model, server.api_base, "sk-local", f"local:{gguf.name}"
+    lm = make_lm(settings, model, api_base, api_key)
+    stage_lms = {name: make_lm(settings, o.model, settings.api_base) for name, o in settings.stage_lms.items()
+                 if o.model}
+    judge = make_lm(settings, settings.judge_model, settings.api_base) if settings.judge_model else lm
+    rt = Runtime(settings=settings, lm=lm, judge_lm=judge, stage_lms=stage_lms, server=server, model_label=label)
+    if configure:
+        adapter = dspy.JSONAdapter() if settings.adapter == "json" else dspy.ChatAdapter()
+        dspy.configure(lm=lm, adapter=adapter)
+    return rt

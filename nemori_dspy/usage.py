@@ -1,0 +1,122 @@
+"""Per-stage LLM accounting: real calls, cache hits, failures, tokens, seconds and dollars.
+
+Every LM call made inside ``stage("narrate")`` is charged to ``narrate``. The stage lives in a
+``contextvars.ContextVar``, so concurrent threads/tasks keep their own stage.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .types import Usage
+
+__all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin"]
+
+_STAGE: contextvars.ContextVar[str] = contextvars.ContextVar("nemori_stage", default="other")
+
+
+def current_stage() -> str:
+    """Name of the stage the calling code runs in (``"other"`` outside any stage)."""
+    return _STAGE.get()
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Charge every LM call inside the block to stage ``name``."""
+    token = _STAGE.set(name)
+    try:
+        yield
+    finally:
+        _STAGE.reset(token)
+
+
+class UsageLedger:
+    """Thread-safe totals per stage, plus named counters (cache-bypass retries, repairs, ...)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stages: dict[str, Usage] = {}
+        self.counters: dict[str, int] = {}
+
+    def _add(self, name: str, **delta: Any) -> None:
+        with self._lock:
+            cur = self.stages.get(name, Usage())
+            self.stages[name] = cur.add(Usage(**delta))
+
+    def record_response(self, usage: dict | None, cost: float | None) -> None:
+        """Charge one LM response to the current stage; an empty usage counts as a cache hit."""
+        usage = usage or {}
+        inp = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        out = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+        if inp == 0 and out == 0:
+            self._add(current_stage(), cache_hits=1)
+        else:
+            self._add(current_stage(), calls=1, input_tokens=inp, output_tokens=out, cost_usd=float(cost or 0.0))
+
+    def record_time(self, seconds: float, failed: bool = False) -> None:
+        """Add wall seconds (and a failure, if the call raised) to the current stage."""
+        self._add(current_stage(), seconds=seconds, failures=int(failed))
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Increment a named counter, e.g. ``partition_repairs``."""
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, Usage]:
+        """A copy of the per-stage totals."""
+        with self._lock:
+            return {k: v.model_copy() for k, v in self.stages.items()}
+
+    def total(self, stages: list[str] | None = None) -> Usage:
+        """Sum over ``stages`` (all when None)."""
+        out = Usage()
+        for k, v in self.snapshot().items():
+            if stages is None or k in stages:
+                out = out.add(v)
+        return out
+
+    def reset(self) -> None:
+        """Forget all totals and counters."""
+        with self._lock:
+            self.stages.clear()
+            self.counters.clear()
+
+    def table(self) -> str:
+        """Plain-text table: one row per stage with calls, cache hits, failures, tokens, seconds, $."""
+        head = f"{'stage':<15}{'calls':>7}{'cached':>8}{'failed':>8}{'in tok':>10}{'out tok':>9}{'seconds':>10}{'$':>9}"
+        lines = [head, "-" * len(head)]
+        snap = self.snapshot()
+        for name in sorted(snap, key=lambda s: (s == "other", s)):
+            u = snap[name]
+            lines.append(f"{name:<15}{u.calls:>7}{u.cache_hits:>8}{u.failures:>8}{u.input_tokens:>10}"
+                         f"{u.output_tokens:>9}{u.seconds:>10.1f}{u.cost_usd:>9.4f}")
+        t = self.total()
+        lines.append(f"{'total':<15}{t.calls:>7}{t.cache_hits:>8}{t.failures:>8}{t.input_tokens:>10}"
+                     f"{t.output_tokens:>9}{t.seconds:>10.1f}{t.cost_usd:>9.4f}")
+        return "\n".join(lines)
+
+
+#: Process-wide ledger that every ``UsageTrackingMixin`` LM charges.
+LEDGER = UsageLedger()
+
+
+class UsageTrackingMixin:
+    """Mix into a ``dspy.BaseLM`` subclass so its calls are charged to ``LEDGER`` by stage."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            out = super().__call__(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            LEDGER.record_time(time.perf_counter() - t0, failed=True)
+            raise
+        LEDGER.record_time(time.perf_counter() - t0)
+        return out
+
+    def update_history(self, entry: dict) -> None:
+        LEDGER.record_response(entry.get("usage"), entry.get("cost"))
+        super().update_history(entry)  # type: ignore[misc]

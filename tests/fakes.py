@@ -1,0 +1,148 @@
+"""Scripted LMs for tests: replies are produced by Python functions per signature, then parsed by
+the real DSPy adapters (ChatAdapter by default), through the real ``dspy.LM`` call path with a
+custom engine (so caching, retries and history behave as in production)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from typing import Any, Callable
+
+import dspy
+from dspy.lm15 import Message as LMMessage
+from dspy.lm15 import Response, TextPart, Usage
+
+from nemori_dspy.usage import UsageTrackingMixin
+
+FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\n\nRespond with |\Z)", re.S)
+
+#: signature class name → a phrase of its instruction, to route a prompt to its responder.
+ROUTES = {
+    "PartitionMessages": "Split a window of conversation messages",
+    "NarrateEpisode": "into a narrative episodic memory",
+    "SelectContinuation": "continues one of several earlier episodes",
+    "IntegrateEpisodes": "Merge an earlier episode and its continuation",
+    "AnticipateEpisode": "Predict what happened in an episode",
+    "DistillPredictionError": "from what the prediction missed",
+    "ConsolidateKnowledge": "how a new insight enters semantic memory",
+    "DistillDirect": "directly, without prediction",
+    "AnswerQuestion": "Answer a question about the user",
+    "JudgeAnswer": "Label a generated answer CORRECT or WRONG",
+}
+
+
+def chat_reply(**fields: Any) -> str:
+    """Format output fields as the ChatAdapter expects: ``[[ ## name ## ]]`` blocks + completed marker."""
+    parts = []
+    for k, v in fields.items():
+        parts.append(f"[[ ## {k} ## ]]\n{v if isinstance(v, str) else json.dumps(v)}")
+    return "\n\n".join(parts) + "\n\n[[ ## completed ## ]]"
+
+
+def parse_inputs(text: str) -> dict[str, str]:
+    """Input fields of a ChatAdapter user message, by name."""
+    return {m.group(1): m.group(2).strip() for m in FIELD.finditer(text)}
+
+
+class _Engine:
+    def __init__(self, owner: "ScriptedLM") -> None:
+        self.owner = owner
+
+    def complete(self, request: Any) -> Response:
+        system = request.system if isinstance(request.system, str) else "".join(p.text for p in (request.system or []))
+        user = request.messages[-1].text or ""
+        text = self.owner.reply(system, user)
+        return Response(id=None, model="scripted", message=LMMessage.assistant([TextPart(text)]), finish_reason="stop",
+                        usage=Usage(input_tokens=max(1, (len(system) + len(user)) // 4),
+                                    output_tokens=max(1, len(text) // 4), total_tokens=0))
+
+    def stream(self, request: Any):  # pragma: no cover - not used
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _AsyncEngine:
+    def __init__(self, sync: _Engine) -> None:
+        self.sync = sync
+
+    async def complete(self, request: Any) -> Response:
+        return self.sync.complete(request)
+
+    async def aclose(self) -> None:
+        pass
+
+
+Responder = Callable[[dict[str, str]], str]
+
+
+class ScriptedLM(UsageTrackingMixin, dspy.LM):
+    """A ``dspy.LM`` whose replies come from ``responders[signature_name](inputs) -> raw text``.
+
+    ``calls`` counts calls per signature; ``prompts`` keeps (signature, inputs) in order.
+    A responder may raise to simulate a provider error.
+    """
+
+    def __init__(self, responders: dict[str, Responder], cache: bool = False) -> None:
+        engine = _Engine(self)
+        super().__init__("openai/scripted", engine=engine, async_engine=_AsyncEngine(engine), cache=cache,
+                         num_retries=0, temperature=0.0, max_tokens=512)
+        self.responders = responders
+        self.calls: dict[str, int] = {}
+        self.prompts: list[tuple[str, dict[str, str]]] = []
+        self._lock = threading.Lock()
+
+    def route(self, system: str) -> str:
+        for name, phrase in ROUTES.items():
+            if phrase in system:
+                return name
+        raise AssertionError(f"unrouted prompt: {system[:200]}")
+
+    def reply(self, system: str, user: str) -> str:
+        name = self.route(system)
+        inputs = parse_inputs(user)
+        with self._lock:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.prompts.append((name, inputs))
+        return self.responders[name](inputs)
+
+
+def prompt_hash(inputs: dict[str, str]) -> int:
+    """Stable integer from a prompt's inputs (for deterministic, replayable scripted replies)."""
+    return int(hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:8], 16)
+
+
+def default_responders(groups_of: int = 5) -> dict[str, Responder]:
+    """Plausible, deterministic replies for every signature: fixed-size partitions, narratives that
+    quote the messages, no merges, one insight per message line, 'new' consolidation."""
+
+    def partition(i: dict[str, str]) -> str:
+        n = int(i["message_count"])
+        return chat_reply(groups=[list(range(s, min(s + groups_of, n + 1))) for s in range(1, n + 1, groups_of)])
+
+    def narrate(i: dict[str, str]) -> str:
+        lines = i["messages"].splitlines()
+        first = lines[0]
+        return chat_reply(cue=f"Conversation starting {first[:60]}", narrative=" ".join(lines))
+
+    def distill(i: dict[str, str]) -> str:
+        msgs = i.get("episode_messages", "").splitlines()
+        return chat_reply(insights=[m.split("] ", 1)[-1] for m in msgs[:2]])
+
+    return {
+        "PartitionMessages": partition,
+        "NarrateEpisode": narrate,
+        "SelectContinuation": lambda i: chat_reply(choice=-1),
+        "IntegrateEpisodes": lambda i: chat_reply(cue="merged", narrative="merged narrative"),
+        "AnticipateEpisode": lambda i: chat_reply(predicted_episode="They talked."),
+        "DistillPredictionError": distill,
+        "DistillDirect": distill,
+        "ConsolidateKnowledge": lambda i: chat_reply(action="new", targets=[], merged_text=""),
+        "AnswerQuestion": lambda i: chat_reply(answer="7 May 2023" if i.get("context") else "I don't know"),
+        "JudgeAnswer": lambda i: chat_reply(reasoning="same date", label="CORRECT"
+                                            if i["generated_answer"].lower() in i["gold_answer"].lower()
+                                            else "WRONG"),
+    }

@@ -1,0 +1,87 @@
+"""Embedders: the hashing embedder, resolution, and the local MiniLM model when present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.embedders import (
+    Embedder,
+    HashingEmbedder,
+    LiteLLMEmbedder,
+    find_minilm_dir,
+    resolve_embedder,
+)
+
+
+def test_hashing_shapes_norms_determinism():
+    e = HashingEmbedder(dim=64)
+    assert e.name == "hashing-64" and e.dim == 64
+    assert isinstance(e, Embedder)
+    v = e.embed(["Alice went hiking in the Alps", "Bob likes jazz", ""])
+    assert v.dtype == np.float32 and v.shape == (3, 64)
+    np.testing.assert_allclose(np.linalg.norm(v[:2], axis=1), 1.0, atol=1e-6)
+    assert np.all(v[2] == 0)  # empty text: zero row, no NaN
+    np.testing.assert_array_equal(v, HashingEmbedder(dim=64).embed(["Alice went hiking in the Alps", "Bob likes jazz", ""]))
+    assert e.embed([]).shape == (0, 64)
+
+
+def test_hashing_similar_texts_closer():
+    e = HashingEmbedder(dim=256)
+    a, b, c = e.embed([
+        "Caroline went to the LGBTQ support group on Sunday",
+        "On Sunday Caroline went to a support group",
+        "Melanie painted a sunrise over the lake",
+    ])
+    assert a @ b > a @ c
+    assert a @ b > 0.5
+
+
+def test_resolve_litellm_embedder_no_network(monkeypatch):
+    import sys
+
+    def boom(*a, **k):  # pragma: no cover - must not be reached
+        raise AssertionError("network call during resolve_embedder")
+
+    if "litellm" in sys.modules:
+        monkeypatch.setattr(sys.modules["litellm"], "embedding", boom)
+    s = NemoriSettings(embedder="openai/text-embedding-3-small", _env_file=None)
+    e = resolve_embedder(s)
+    assert isinstance(e, LiteLLMEmbedder)
+    assert e.name == "openai/text-embedding-3-small"
+    assert e.api_base is None  # the embedded 'local' chat server serves no embeddings
+
+
+def test_resolve_hashing():
+    e = resolve_embedder(NemoriSettings(embedder="hashing-32", _env_file=None))
+    assert isinstance(e, HashingEmbedder) and e.dim == 32
+
+
+def test_resolve_missing_embedder_path_errors(tmp_path):
+    from nemori_dspy.errors import ConfigError
+
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigError, match=str(missing)):
+        resolve_embedder(NemoriSettings(embedder_path=missing, _env_file=None))
+
+
+_MINILM = find_minilm_dir(None)
+
+
+@pytest.mark.skipif(_MINILM is None, reason="local all-MiniLM-L6-v2 folder not found (run ../shared/tools/offline-models)")
+def test_sentence_transformer_minilm():
+    from nemori_dspy.embedders import SentenceTransformerEmbedder
+
+    e = SentenceTransformerEmbedder(_MINILM)
+    assert e.name == "all-MiniLM-L6-v2" and e.dim == 384
+    v = e.embed(["The cat sat on the mat.", "A cat was sitting on a rug."])
+    assert v.shape == (2, 384) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    w = e.embed(["The cat sat on the mat.", "Quarterly tax filings are due in April."])
+    assert float(v[0] @ v[1]) > float(w[0] @ w[1])
+    assert e.truncated == 0
+    e.embed(["word " * 400, "short"])
+    assert e.truncated == 1
