@@ -141,7 +141,8 @@ class SentenceTransformerEmbedder:
             ) from e
         src = str(path_or_name)
         try:
-            self._model = SentenceTransformer(src, device="cpu")
+            with _quiet_progress_bars():
+                self._model = SentenceTransformer(src, device="cpu")
         except Exception as e:
             raise ConfigError(
                 f"could not load the sentence-transformers model {src!r} ({type(e).__name__}: {e}). "
@@ -194,6 +195,24 @@ class SentenceTransformerEmbedder:
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.source!r}, dim={self.dim})"
+
+
+class _quiet_progress_bars:
+    """Silence transformers' "Loading weights" progress bar while a model loads, then restore it."""
+
+    def __enter__(self) -> None:
+        try:
+            from transformers.utils import logging as hf_logging
+
+            self._hf = hf_logging
+            self._was = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+        except Exception:  # pragma: no cover - older/newer transformers
+            self._hf = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._hf is not None and self._was:
+            self._hf.enable_progress_bar()
 
 
 # --------------------------------------------------------------------------- litellm

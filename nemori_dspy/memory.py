@@ -39,7 +39,7 @@ def validate_user_id(user_id: Any) -> str:
     Raises:
         InvalidInputError: not a string, empty, longer than 256, or with control characters.
     """
-    if not isinstance(user_id, str) or not _USER_ID.match(user_id):
+    if not isinstance(user_id, str) or not _USER_ID.fullmatch(user_id):
         shown = repr(user_id)[:60]
         raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control characters",
                                 "use a stable id such as 'alice' or a UUID")
@@ -127,7 +127,7 @@ class Memory:
             InvalidInputError: a bad user id or message field (nothing is stored then).
         """
         validate_user_id(user_id)
-        if isinstance(messages, (str, bytes, dict, Message)):
+        if isinstance(messages, (str, bytes, dict, Message)) or not isinstance(messages, (list, tuple)):
             raise InvalidInputError("messages", "expected a list of messages", "wrap a single message in a list")
         parsed = _parse_messages(messages)
         accepted = self.store.add_messages(user_id, parsed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from typing import Any, Callable
 
 import dspy
@@ -20,6 +21,20 @@ from .usage import LEDGER, stage
 __all__ = ["StagePredict", "load_predictor_class"]
 
 log = logging.getLogger(__name__)
+
+_PLACEHOLDER = re.compile(r"^\s*\{\w+\}\s*$")
+
+
+class SchemaEchoError(ValueError):
+    """The reply repeated the output template (e.g. ``{narrative}``) instead of filling it in."""
+
+
+def check_not_echo(pred: dspy.Prediction) -> dspy.Prediction:
+    """Raise ``SchemaEchoError`` if any string output is a bare ``{field}`` placeholder."""
+    for key, value in pred.items():
+        if isinstance(value, str) and _PLACEHOLDER.match(value):
+            raise SchemaEchoError(f"output field {key!r} is the placeholder {value.strip()!r}")
+    return pred
 
 
 def load_predictor_class(path: str) -> Callable[[type[dspy.Signature]], dspy.Module]:
@@ -77,7 +92,7 @@ class StagePredict(dspy.Module):
                     LEDGER.count("retries")
                     LEDGER.count(f"retries.{self.stage_name}")
                 try:
-                    return self.predict(**inputs, config=self._config(attempt))
+                    return check_not_echo(self.predict(**inputs, config=self._config(attempt)))
                 except Exception as exc:  # parse errors and provider errors alike: re-ask, then park
                     last = exc
                     log.warning("stage %s attempt %d failed: %s", self.stage_name, attempt + 1, str(exc)[:300])

@@ -12,6 +12,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -121,7 +122,8 @@ class SQLiteStore:
             c.execute("COMMIT")
 
     def _ensure_user(self, c: sqlite3.Connection, user_id: str) -> None:
-        c.execute("INSERT OR IGNORE INTO users (user_id) VALUES (?)", (user_id,))
+        # A recreated user starts from a fresh, never-reused generation so no process's cache matches it.
+        c.execute("INSERT OR IGNORE INTO users (user_id, generation) VALUES (?, ?)", (user_id, time.time_ns()))
 
     def _bump(self, c: sqlite3.Connection, user_id: str) -> None:
         c.execute("UPDATE users SET generation = generation + 1 WHERE user_id=?", (user_id,))

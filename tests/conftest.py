@@ -1,0 +1,61 @@
+"""Shared fixtures: scripted LM configured through the real ChatAdapter, store, embedder, memory."""
+
+from __future__ import annotations
+
+import os
+
+import dspy
+import pytest
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.memory import Memory
+from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.usage import LEDGER
+from tests.fakes import ScriptedLM, default_responders
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--live", action="store_true", help="run tests marked live (real llama.cpp server)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--live") or os.environ.get("NEMORI_LIVE") == "1":
+        return
+    skip = pytest.mark.skip(reason="live test: opt in with --live or NEMORI_LIVE=1")
+    for item in items:
+        if "live" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _memory_only_dspy_cache():
+    """Tests never read or write DSPy's on-disk cache (a reply cached by one test must not leak)."""
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ledger_and_cache():
+    LEDGER.reset()
+    dspy.cache.reset_memory_cache()
+    yield
+
+
+@pytest.fixture
+def scripted():
+    """A ScriptedLM with default responders, active (with ChatAdapter) for the test."""
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        yield lm
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "m.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def memory(store, scripted):
+    return Memory(store, HashingEmbedder(64), NemoriSettings(window_size=10))

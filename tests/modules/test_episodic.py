@@ -1,0 +1,115 @@
+"""Episodic integration: partition validation/repair, narration, the merge path."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import dspy
+import pytest
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.memory import Memory
+from nemori_dspy.modules.episodic import repair_partition
+from nemori_dspy.store.sqlite import SQLiteStore
+from tests.fakes import ScriptedLM, chat_reply, default_responders
+
+
+def _is_partition(groups, n):
+    flat = [i for g in groups for i in g]
+    return sorted(flat) == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("reply, problem", [
+    ([[1, 2, 3, 4], [6, 7, 8, 9, 10], list(range(11, 21))], "missing 5"),
+    ([[1, 2, 3], [3, 4, 5], list(range(6, 21))], "duplicate 3"),
+    ([list(range(1, 11)), list(range(11, 22))], "out of range 21"),
+    ([[0, 1, 2], ["x", 3], list(range(4, 21))], "out of range 0"),
+    ("not a list", "not a list"),
+    ([], "missing 1"),
+])
+def test_repair_partition_always_returns_a_true_partition(reply, problem):
+    groups, problems = repair_partition(reply, 20)
+    assert _is_partition(groups, 20)
+    assert any(problem in p for p in problems)
+    assert all(g == sorted(g) for g in groups)
+
+
+def test_repair_partition_keeps_a_valid_reply_unchanged():
+    groups, problems = repair_partition([[1, 2], [3], [4, 5]], 5)
+    assert groups == [[1, 2], [3], [4, 5]] and problems == []
+
+
+def test_missing_index_joins_its_predecessors_group():
+    groups, _ = repair_partition([[1, 2, 3, 4], [6, 7]], 7)
+    assert groups == [[1, 2, 3, 4, 5], [6, 7]]
+
+
+def _messages(n, start=datetime(2023, 5, 8, 13, 0), prefix="D1"):
+    return [{"speaker": "Caroline" if i % 2 else "Melanie", "content": f"talk {i} about topic {i // 5}",
+             "timestamp": start + timedelta(minutes=i), "id": f"{prefix}:{i}"} for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("bad_groups", [
+    [[1, 2, 3, 4], [6, 7, 8, 9, 10], list(range(11, 21))],   # omits 5
+    [[1, 2, 3], [3, 4, 5], list(range(6, 21))],              # lists 3 twice
+    [list(range(1, 11)), list(range(11, 22))],               # includes 21
+])
+def test_bad_partition_reply_through_chat_adapter_loses_no_message(tmp_path, bad_groups):
+    responders = default_responders()
+    responders["PartitionMessages"] = lambda i: chat_reply(groups=bad_groups)
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=20))
+        mem.add_messages("u", _messages(20))
+        seen = [mid for ep in mem.list_episodes("u") for mid in ep.message_ids]
+    assert sorted(seen) == sorted(f"D1:{i}" for i in range(1, 21))
+    assert len(seen) == len(set(seen)) == 20
+
+
+def test_narration_prompt_carries_message_dates_not_today(tmp_path):
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=20))
+        mem.add_messages("u", [{"speaker": "Caroline", "content": "I went to Paris last week!",
+                                "timestamp": "2023-05-24T10:00:00"}])
+        mem.flush("u")
+    narrate_inputs = [inp for name, inp in lm.prompts if name == "NarrateEpisode"]
+    assert narrate_inputs and "2023-05-24" in narrate_inputs[0]["messages"]
+    assert datetime.now().strftime("%Y-%m-%d") not in narrate_inputs[0]["messages"]
+
+
+def test_merge_path_supersedes_the_earlier_episode(tmp_path):
+    responders = default_responders(groups_of=10)
+    responders["SelectContinuation"] = lambda i: chat_reply(choice=1)
+    responders["IntegrateEpisodes"] = lambda i: chat_reply(cue="Pottery, continued", narrative="Both parts merged.")
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        store = SQLiteStore(tmp_path / "m.db")
+        mem = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem.add_messages("u", _messages(10))
+        first = mem.list_episodes("u")
+        assert len(first) == 1
+        mem.add_messages("u", _messages(10, start=datetime(2023, 5, 8, 14, 0), prefix="D2"))
+        eps = mem.list_episodes("u")
+    assert len(eps) == 1
+    merged = eps[0]
+    assert merged.narrative == "Both parts merged."
+    assert first[0].id in merged.supersedes
+    assert len(merged.message_ids) == 20 and len(merged.messages) == 20
+    assert store.stats("u")["superseded_episodes"] == 1
+    # the merged episode is distilled whole: its raw messages reach the distiller
+    distilled = [inp["episode_messages"] for name, inp in lm.prompts if name == "DistillPredictionError"]
+    assert "13:01" in distilled[-1] and "14:10" in distilled[-1]
+
+
+def test_association_only_sees_earlier_windows(tmp_path):
+    """Two groups of one window are never merged with each other (that would undo the partition)."""
+    responders = default_responders(groups_of=5)
+    responders["SelectContinuation"] = lambda i: chat_reply(choice=1)
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem.add_messages("u", _messages(10))
+    assert len(mem.list_episodes("u")) == 2
+    assert lm.calls.get("SelectContinuation", 0) == 0

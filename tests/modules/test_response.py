@@ -1,0 +1,60 @@
+"""Response generation: retrieval order, context layout (k narratives, r raw episodes, m facts)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import dspy
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.modules.pipeline import stage_factory
+from nemori_dspy.modules.resources import Resources
+from nemori_dspy.modules.response import ResponseGeneration
+from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.types import Episode, Message, SemanticEntry
+from tests.fakes import ScriptedLM, default_responders
+from tests.modules.test_semantic import TableEmbedder, _unit
+
+
+def _setup(tmp_path, **settings):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    ts = datetime(2023, 5, 8, 13, 0)
+    eps = []
+    for i, deg in enumerate([60, 10, 35]):  # cosines to the query (0°): 0.5, 0.985, 0.819
+        store.add_messages("u", [Message(speaker="A", content=f"raw message {i}", timestamp=ts, id=f"m{i}")])
+        eps.append(Episode(id=f"e{i}", user_id="u", cue=f"cue {i}", narrative=f"narrative {i}", message_ids=[f"m{i}"],
+                           start=ts, end=ts, vector=_unit(deg)))
+    store.commit_window("u", 0, eps, [])
+    store.commit_distillation("u", "e0", [SemanticEntry(id=f"s{i}", user_id="u", text=f"fact {i}", vector=_unit(d))
+                                          for i, d in enumerate([50, 5])], [])
+    s = NemoriSettings(**settings)
+    return ResponseGeneration(Resources(store, TableEmbedder({"q?": [1, 0, 0]}), s), stage_factory(s))
+
+
+def test_retrieval_orders_by_decreasing_cosine(tmp_path):
+    res = _setup(tmp_path).retrieve("u", "q?")
+    assert [s.episode.id for s in res.episodes] == ["e1", "e2", "e0"]
+    assert [s.entry.id for s in res.semantic] == ["s1", "s0"]
+    assert all(a.score >= b.score for a, b in zip(res.episodes, res.episodes[1:]))
+
+
+def test_top_k_and_raw_messages_of_top_r_only(tmp_path):
+    rg = _setup(tmp_path, episodes_top_k=2, semantic_top_k=1, raw_episodes_top_r=1)
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = rg(user_id="u", question="q?")
+    ctx = pred.context
+    assert "narrative 1" in ctx and "narrative 2" in ctx and "narrative 0" not in ctx
+    assert "raw message 1" in ctx and "raw message 2" not in ctx
+    assert "fact 1" in ctx and "fact 0" not in ctx
+    assert ctx.index("narrative 1") < ctx.index("narrative 2")
+    assert lm.prompts[-1][1]["question"] == "q?"
+
+
+def test_no_memory_control_sends_empty_context(tmp_path):
+    rg = _setup(tmp_path)
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = rg(user_id="u", question="q?", use_memory=False)
+    assert pred.context == "" and not pred.retrieved.episodes

@@ -1,0 +1,473 @@
+"""One ``MemoryStore`` contract suite, run against every backend.
+
+Backends: ``sqlite`` always; ``weaviate`` only when ``NEMORI_WEAVIATE_URL`` is set and
+``nemori_dspy.store.weaviate.WeaviateStore`` imports. Every test uses fresh, unique user ids so a
+shared server never leaks state between tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from nemori_dspy.errors import EmbedderMismatchError, NotFoundError, StoreError
+from nemori_dspy.store.base import MemoryStore
+from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.types import Episode, Message, SemanticEntry
+
+T0 = datetime(2023, 5, 7, 13, 0)
+
+# 4-d unit vectors built by hand: cosines against Q are exact or nearly so.
+Q = [1.0, 0.0, 0.0, 0.0]
+E_SAME = [1.0, 0.0, 0.0, 0.0]          # cos = 1
+E_NEAR = [0.8, 0.6, 0.0, 0.0]          # cos = 0.8
+E_ORTHO = [0.0, 1.0, 0.0, 0.0]         # cos = 0
+E_OPP = [-1.0, 0.0, 0.0, 0.0]          # cos = -1
+
+
+# --------------------------------------------------------------------------- backends
+@dataclass
+class Backend:
+    """A backend under test: ``open()`` returns a new store instance over the same data."""
+
+    name: str
+    open: Callable[[], MemoryStore]
+    fresh_namespace: bool = True  # a brand-new, empty store (embedder not yet recorded)
+    opened: list[MemoryStore] = field(default_factory=list)
+
+    def reopen(self) -> MemoryStore:
+        s = self.open()
+        self.opened.append(s)
+        return s
+
+
+def _sqlite_backend(tmp_path: Path) -> Backend:
+    path = tmp_path / "m.db"
+    return Backend("sqlite", lambda: SQLiteStore(path))
+
+
+def _weaviate_backend() -> Backend:
+    url = os.environ.get("NEMORI_WEAVIATE_URL")
+    if not url:  # pragma: no cover - guarded by the skipif mark too
+        pytest.skip("NEMORI_WEAVIATE_URL is not set")
+    try:
+        from nemori_dspy.store.weaviate import WeaviateStore  # lazy: optional module/dependency
+    except ImportError as exc:
+        pytest.skip(f"WeaviateStore is not importable: {exc}")
+    ns = "NemoriTest" + uuid.uuid4().hex[:10]
+    params = inspect.signature(WeaviateStore).parameters
+    kw = {}
+    for name in ("prefix", "collection_prefix", "namespace", "collection"):
+        if name in params:
+            kw[name] = ns
+            break
+    return Backend("weaviate", lambda: WeaviateStore(url, **kw), fresh_namespace=bool(kw))
+
+
+@pytest.fixture(params=[
+    "sqlite",
+    pytest.param("weaviate", marks=pytest.mark.skipif(
+        not os.environ.get("NEMORI_WEAVIATE_URL"), reason="NEMORI_WEAVIATE_URL is not set (no Weaviate server)")),
+])
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
+    b = _sqlite_backend(tmp_path) if request.param == "sqlite" else _weaviate_backend()
+    yield b
+    for s in b.opened:
+        try:
+            s.close()
+        except Exception:  # pragma: no cover
+            pass
+
+
+@pytest.fixture
+def store(backend: Backend):
+    s = backend.reopen()
+    users: list[str] = []
+    s._test_users = users  # type: ignore[attr-defined]
+    yield s
+    for u in users:  # leave a shared server clean
+        try:
+            s.delete_user(u)
+        except Exception:  # pragma: no cover
+            pass
+
+
+@pytest.fixture
+def new_user(store: MemoryStore) -> Callable[[str], str]:
+    def make(label: str = "u") -> str:
+        uid = f"{label}-{uuid.uuid4().hex[:8]}"
+        store._test_users.append(uid)  # type: ignore[attr-defined]
+        return uid
+    return make
+
+
+# --------------------------------------------------------------------------- builders
+def msg(i: int, id: str | None = "auto", speaker: str = "Alice", content: str | None = None) -> Message:
+    return Message(speaker=speaker, content=content or f"message number {i}",
+                   timestamp=T0 + timedelta(minutes=i), id=f"m{i}" if id == "auto" else id)
+
+
+def episode(user: str, eid: str, message_ids: list[str], vector: list[float], window: int = 0,
+            start_min: int = 0, supersedes: list[str] | None = None) -> Episode:
+    return Episode(id=eid, user_id=user, cue=f"cue {eid}", narrative=f"narrative of {eid}",
+                   message_ids=message_ids, start=T0 + timedelta(minutes=start_min),
+                   end=T0 + timedelta(minutes=start_min + 1), vector=vector, window=window,
+                   supersedes=supersedes or [])
+
+
+def entry(user: str, sid: str, vector: list[float], source: str = "e0") -> SemanticEntry:
+    return SemanticEntry(id=sid, user_id=user, text=f"fact {sid}", vector=vector, source_episode_ids=[source])
+
+
+def seed_episodes(store: MemoryStore, user: str, vectors: dict[str, list[float]]) -> None:
+    """One message and one episode per window, in the dict's order (windows 0, 1, ...)."""
+    for w, (eid, vec) in enumerate(vectors.items()):
+        store.add_messages(user, [msg(100 + w, id=f"msg-{eid}")])
+        store.commit_window(user, store.next_window(user), [episode(user, eid, [f"msg-{eid}"], vec, window=w,
+                                                                    start_min=100 + w)], [])
+
+
+def ids(results) -> list[str]:
+    """Ids of scored search results (episodes or semantic entries), in result order."""
+    return [r.episode.id if hasattr(r, "episode") else r.entry.id for r in results]
+
+
+# --------------------------------------------------------------------------- messages
+def test_add_messages_with_ids_is_idempotent(store, new_user):
+    u = new_user()
+    first = store.add_messages(u, [msg(1), msg(2)])
+    assert [m.id for m in first] == ["m1", "m2"]
+    assert all(m.user_id == u and m.episode_id is None for m in first)
+    assert store.add_messages(u, [msg(1), msg(2)]) == []
+    # a batch mixing old and new returns only the new one
+    again = store.add_messages(u, [msg(2), msg(3), msg(1)])
+    assert [m.id for m in again] == ["m3"]
+    assert [m.id for m in store.pending_messages(u)] == ["m1", "m2", "m3"]
+    assert store.stats(u)["messages"] == 3
+
+
+def test_add_messages_without_ids_dedupes_on_content(store, new_user):
+    u = new_user()
+    batch = [msg(1, id=None), msg(2, id=None)]
+    first = store.add_messages(u, batch)
+    assert len(first) == 2 and first[0].id != first[1].id
+    assert store.add_messages(u, [msg(1, id=None), msg(2, id=None)]) == []
+    # same text by another speaker, or at another time, is a different message
+    other = store.add_messages(u, [msg(1, id=None, speaker="Bob"),
+                                   Message(speaker="Alice", content="message number 1",
+                                           timestamp=T0 + timedelta(days=1))])
+    assert len(other) == 2
+    assert store.stats(u)["messages"] == 4
+
+
+def test_pending_messages_order_and_limit(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(3), msg(1)])
+    store.add_messages(u, [msg(2), msg(5), msg(4)])
+    pending = store.pending_messages(u)
+    assert [m.id for m in pending] == ["m3", "m1", "m2", "m5", "m4"]  # arrival order, not timestamp
+    seqs = [m.seq for m in pending]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    assert [m.id for m in store.pending_messages(u, limit=2)] == ["m3", "m1"]
+    assert [m.content for m in store.pending_messages(u, limit=1)] == ["message number 3"]
+    assert store.pending_messages(new_user("nobody")) == []
+
+
+def test_get_messages_in_given_order_skips_unknown(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1), msg(2), msg(3)])
+    got = store.get_messages(u, ["m3", "nope", "m1"])
+    assert [m.id for m in got] == ["m3", "m1"]
+    assert got[0].timestamp == T0 + timedelta(minutes=3) and got[0].speaker == "Alice"
+
+
+# --------------------------------------------------------------------------- windows / episodes
+def test_commit_window_assigns_messages_and_bumps_window(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(i) for i in range(1, 6)])
+    assert store.next_window(u) == 0
+    store.commit_window(u, 0, [episode(u, "e1", ["m1", "m2"], E_SAME),
+                               episode(u, "e2", ["m3"], E_NEAR, start_min=3)], [])
+    assert store.next_window(u) == 1
+    assert [m.id for m in store.pending_messages(u)] == ["m4", "m5"]
+    assert {m.id: m.episode_id for m in store.get_messages(u, ["m1", "m2", "m3", "m4"])} == {
+        "m1": "e1", "m2": "e1", "m3": "e2", "m4": None}
+    got = store.get_episode(u, "e1")
+    assert got.message_ids == ["m1", "m2"] and [m.id for m in got.messages] == ["m1", "m2"]
+    assert got.cue == "cue e1" and got.narrative == "narrative of e1" and got.window == 0
+    assert [e.id for e in store.list_episodes(u)] == ["e1", "e2"]
+    store.commit_window(u, 1, [episode(u, "e3", ["m4", "m5"], E_ORTHO, window=1, start_min=4)], [])
+    assert store.pending_messages(u) == []
+    assert store.next_window(u) == 2
+    st = store.stats(u)
+    assert (st["messages"], st["pending"], st["episodes"], st["to_distill"]) == (5, 0, 3, 3)
+
+
+def test_commit_window_supersedes_episodes(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1), msg(2), msg(3)])
+    store.commit_window(u, 0, [episode(u, "old", ["m1", "m2"], E_SAME)], [])
+    merged = episode(u, "merged", ["m1", "m2", "m3"], E_NEAR, window=1, supersedes=["old"])
+    store.commit_window(u, 1, [merged], ["old"])
+    assert [e.id for e in store.list_episodes(u)] == ["merged"]
+    assert store.get_episode(u, "merged").supersedes == ["old"]
+    assert "old" not in ids(store.search_episodes(u, Q, top_k=10))
+    with pytest.raises(NotFoundError):
+        store.get_episode(u, "old")
+    assert "old" not in [e.id for e in store.episodes_to_distill(u)]
+    # each message belongs to the one live episode
+    assert {m.episode_id for m in store.get_messages(u, ["m1", "m2", "m3"])} == {"merged"}
+    st = store.stats(u)
+    assert st["episodes"] == 1 and st["superseded_episodes"] == 1
+
+
+def test_commit_window_rejects_stale_window(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1), msg(2)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_SAME)], [])
+    with pytest.raises(StoreError):
+        store.commit_window(u, 0, [episode(u, "e-replay", ["m2"], E_NEAR)], ["e1"])
+    # the rejected commit changed nothing
+    assert [e.id for e in store.list_episodes(u)] == ["e1"]
+    assert [m.id for m in store.pending_messages(u)] == ["m2"]
+    assert store.next_window(u) == 1
+
+
+def test_search_episodes_orders_by_cosine(store, new_user):
+    u = new_user()
+    seed_episodes(store, u, {"opp": E_OPP, "ortho": E_ORTHO, "same": E_SAME, "near": E_NEAR})
+    hits = store.search_episodes(u, Q, top_k=10)
+    assert ids(hits) == ["same", "near", "ortho", "opp"]
+    assert [round(h.score, 5) for h in hits] == [1.0, 0.8, 0.0, -1.0]
+    assert ids(store.search_episodes(u, Q, top_k=2)) == ["same", "near"]
+    assert store.search_episodes(u, Q, top_k=0) == []
+    # query need not be unit length: cosine, not dot product
+    assert ids(store.search_episodes(u, [5.0, 0, 0, 0], top_k=1)) == ["same"]
+    assert hits[0].episode.messages and hits[0].episode.messages[0].id == "msg-same"
+
+
+def test_search_episodes_ties_broken_by_id(store, new_user):
+    u = new_user()
+    seed_episodes(store, u, {"b": E_NEAR, "c": E_NEAR, "a": E_NEAR})
+    assert ids(store.search_episodes(u, Q, top_k=3)) == ["a", "b", "c"]
+    assert ids(store.search_episodes(u, Q, top_k=2)) == ["a", "b"]
+
+
+def test_search_episodes_before_window(store, new_user):
+    u = new_user()
+    seed_episodes(store, u, {"w0": E_NEAR, "w1": E_ORTHO, "w2": E_SAME, "w3": E_SAME})
+    assert ids(store.search_episodes(u, Q, top_k=10, before_window=2)) == ["w0", "w1"]
+    assert store.search_episodes(u, Q, top_k=10, before_window=0) == []
+    assert ids(store.search_episodes(u, Q, top_k=1, before_window=3)) == ["w2"]
+
+
+# --------------------------------------------------------------------------- semantic
+def _seed_semantic(store, u, vectors: dict[str, list[float]]) -> None:
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, 0, [episode(u, "e0", ["m1"], E_SAME)], [])
+    store.commit_distillation(u, "e0", [entry(u, k, v) for k, v in vectors.items()], [])
+
+
+def test_search_semantic_orders_by_cosine(store, new_user):
+    u = new_user()
+    _seed_semantic(store, u, {"opp": E_OPP, "near": E_NEAR, "same": E_SAME, "ortho": E_ORTHO})
+    hits = store.search_semantic(u, Q, top_k=10)
+    assert ids(hits) == ["same", "near", "ortho", "opp"]
+    assert [round(h.score, 5) for h in hits] == [1.0, 0.8, 0.0, -1.0]
+    assert ids(store.search_semantic(u, Q, top_k=2)) == ["same", "near"]
+
+
+def test_search_semantic_threshold_is_strict(store, new_user):
+    u = new_user()
+    _seed_semantic(store, u, {"same": E_SAME, "near": E_NEAR, "ortho": E_ORTHO, "opp": E_OPP})
+    # cosine exactly 0 with threshold 0 is excluded; negative excluded; positive kept
+    assert ids(store.search_semantic(u, Q, top_k=10, threshold=0.0)) == ["same", "near"]
+    # cosine exactly 1 with threshold 1 is excluded
+    assert ids(store.search_semantic(u, Q, top_k=10, threshold=1.0)) == []
+    # at the entry's own score: excluded; just below it: included
+    s_near = {h.entry.id: h.score for h in store.search_semantic(u, Q, top_k=10)}["near"]
+    assert ids(store.search_semantic(u, Q, top_k=10, threshold=s_near)) == ["same"]
+    assert ids(store.search_semantic(u, Q, top_k=10, threshold=s_near - 1e-4)) == ["same", "near"]
+    assert all(h.score > 0.5 for h in store.search_semantic(u, Q, top_k=10, threshold=0.5))
+    # threshold filters before top-k: top_k still bounds the result
+    assert ids(store.search_semantic(u, Q, top_k=1, threshold=-2.0)) == ["same"]
+
+
+def test_commit_distillation_inserts_deletes_and_marks_distilled(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1), msg(2)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_SAME), episode(u, "e2", ["m2"], E_NEAR, start_min=2)], [])
+    assert [e.id for e in store.episodes_to_distill(u)] == ["e1", "e2"]
+
+    store.commit_distillation(u, "e1", [entry(u, "s1", E_SAME, "e1"), entry(u, "s2", E_NEAR, "e1")], [])
+    assert [e.id for e in store.episodes_to_distill(u)] == ["e2"]
+    assert store.get_episode(u, "e1").distilled is True
+    assert {e.id for e in store.list_semantic(u)} == {"s1", "s2"}
+    assert store.get_semantic(u, "s1").source_episode_ids == ["e1"]
+
+    store.commit_distillation(u, "e2", [entry(u, "s3", E_ORTHO, "e2")], ["s1"])
+    assert store.episodes_to_distill(u) == []
+    assert {e.id for e in store.list_semantic(u)} == {"s2", "s3"}
+    with pytest.raises(NotFoundError):
+        store.get_semantic(u, "s1")
+    assert "s1" not in ids(store.search_semantic(u, Q, top_k=10))
+    st = store.stats(u)
+    assert st["semantic"] == 2 and st["to_distill"] == 0
+
+
+def test_commit_distillation_is_all_or_nothing(store, new_user):
+    u = new_user()
+    _seed_semantic(store, u, {"keep": E_NEAR})
+    store.add_messages(u, [msg(2)])
+    store.commit_window(u, 1, [episode(u, "e1", ["m2"], E_ORTHO, window=1, start_min=2)], [])
+
+    class Exploding:
+        """An insert that fails half-way through the step (after a valid insert)."""
+
+        def __getattr__(self, name):
+            raise RuntimeError("boom")
+
+    with pytest.raises(Exception):
+        store.commit_distillation(u, "e1", [entry(u, "new", E_SAME, "e1"), Exploding()], ["keep"])
+    assert [e.id for e in store.list_semantic(u)] == ["keep"]
+    assert [e.id for e in store.episodes_to_distill(u)] == ["e1"]
+    assert ids(store.search_semantic(u, Q, top_k=10)) == ["keep"]
+
+
+# --------------------------------------------------------------------------- users
+def test_users_are_isolated(store, new_user):
+    a, b = new_user("a"), new_user("b")
+    for u, tag in ((a, "A"), (b, "B")):
+        # same message ids for both users: keyed per user
+        assert len(store.add_messages(u, [msg(1, content=f"{tag} one"), msg(2, content=f"{tag} two")])) == 2
+        store.commit_window(u, 0, [episode(u, f"ep-{tag}", ["m1"], E_SAME)], [])
+        store.commit_distillation(u, f"ep-{tag}", [entry(u, f"se-{tag}", E_SAME, f"ep-{tag}")], [])
+
+    for u, tag, other in ((a, "A", "B"), (b, "B", "A")):
+        assert [m.content for m in store.pending_messages(u)] == [f"{tag} two"]
+        assert [m.content for m in store.get_messages(u, ["m1", "m2"])] == [f"{tag} one", f"{tag} two"]
+        assert [e.id for e in store.list_episodes(u)] == [f"ep-{tag}"]
+        assert [e.id for e in store.list_semantic(u)] == [f"se-{tag}"]
+        assert ids(store.search_episodes(u, Q, top_k=10)) == [f"ep-{tag}"]
+        assert ids(store.search_semantic(u, Q, top_k=10)) == [f"se-{tag}"]
+        assert store.get_episode(u, f"ep-{tag}").messages[0].content == f"{tag} one"
+        with pytest.raises(NotFoundError):
+            store.get_episode(u, f"ep-{other}")
+        with pytest.raises(NotFoundError):
+            store.get_semantic(u, f"se-{other}")
+        assert store.stats(u)["messages"] == 2
+    users = store.list_users()
+    assert a in users and b in users and users == sorted(users)
+
+
+def test_delete_user_removes_everything(store, new_user):
+    a, b = new_user("a"), new_user("b")
+    for u in (a, b):
+        store.add_messages(u, [msg(1), msg(2)])
+        store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_SAME)], [])
+        store.commit_distillation(u, "e1", [entry(u, "s1", E_SAME, "e1")], [])
+    assert store.user_exists(a)
+    store.delete_user(a)
+    assert not store.user_exists(a)
+    assert a not in store.list_users()
+    assert store.list_episodes(a) == [] and store.list_semantic(a) == [] and store.pending_messages(a) == []
+    assert store.get_messages(a, ["m1", "m2"]) == []
+    assert store.search_episodes(a, Q, top_k=10) == [] and store.search_semantic(a, Q, top_k=10) == []
+    assert all(v == 0 for v in store.stats(a).values())
+    with pytest.raises(NotFoundError):
+        store.get_episode(a, "e1")
+    # re-adding after deletion starts from scratch
+    assert len(store.add_messages(a, [msg(1)])) == 1
+    # the other user is untouched
+    assert store.user_exists(b)
+    assert [e.id for e in store.list_episodes(b)] == ["e1"]
+    assert ids(store.search_semantic(b, Q, top_k=10)) == ["s1"]
+    assert store.stats(b)["messages"] == 2
+
+
+def test_delete_and_recreate_user_seen_by_another_instance(backend: Backend, store, new_user):
+    """A second store instance (another process) must not serve results of a deleted user."""
+    u = new_user()
+    other = backend.reopen()
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, 0, [episode(u, "before", ["m1"], E_SAME)], [])
+    store.commit_distillation(u, "before", [entry(u, "s-before", E_SAME, "before")], [])
+    assert ids(other.search_episodes(u, Q, top_k=5)) == ["before"]
+    assert ids(other.search_semantic(u, Q, top_k=5)) == ["s-before"]
+
+    store.delete_user(u)
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, store.next_window(u), [episode(u, "after", ["m1"], E_SAME)], [])
+    store.commit_distillation(u, "after", [entry(u, "s-after", E_SAME, "after")], [])
+    assert ids(other.search_episodes(u, Q, top_k=5)) == ["after"]
+    assert ids(other.search_semantic(u, Q, top_k=5)) == ["s-after"]
+
+
+def test_user_exists_and_unknown_user(store, new_user):
+    u = new_user()
+    assert not store.user_exists(u)
+    assert store.next_window(u) == 0
+    assert store.list_episodes(u) == [] and store.search_episodes(u, Q, top_k=5) == []
+    store.add_messages(u, [msg(1)])
+    assert store.user_exists(u)
+
+
+def test_unknown_ids_raise_not_found(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1)])
+    with pytest.raises(NotFoundError):
+        store.get_episode(u, "no-such-episode")
+    with pytest.raises(NotFoundError):
+        store.get_semantic(u, "no-such-entry")
+    with pytest.raises(NotFoundError):
+        store.get_episode(new_user("ghost"), "no-such-episode")
+
+
+# --------------------------------------------------------------------------- embedder / persistence
+def test_check_embedder_records_once_then_rejects_other(backend: Backend, store):
+    if not backend.fresh_namespace:
+        pytest.skip(f"{backend.name}: cannot open an isolated empty store")
+    store.check_embedder("all-MiniLM-L6-v2", 384)
+    store.check_embedder("all-MiniLM-L6-v2", 384)  # same again: fine
+    store.close()
+    reopened = backend.reopen()
+    reopened.check_embedder("all-MiniLM-L6-v2", 384)
+    with pytest.raises(EmbedderMismatchError) as exc:
+        reopened.check_embedder("all-MiniLM-L6-v2", 768)
+    assert "384" in str(exc.value) and "768" in str(exc.value)
+    with pytest.raises(EmbedderMismatchError) as exc2:
+        reopened.check_embedder("text-embedding-3-small", 384)
+    assert "text-embedding-3-small" in str(exc2.value) and "all-MiniLM-L6-v2" in str(exc2.value)
+    # the recorded embedder did not change
+    backend.reopen().check_embedder("all-MiniLM-L6-v2", 384)
+
+
+def test_data_persists_across_reopen(backend: Backend, store, new_user):
+    u = new_user()
+    store.check_embedder("hashing-4", 4)
+    store.add_messages(u, [msg(1), msg(2), msg(3)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1", "m2"], E_NEAR)], [])
+    store.commit_distillation(u, "e1", [entry(u, "s1", E_NEAR, "e1")], [])
+    before = store.stats(u)
+    store.close()
+
+    again = backend.reopen()
+    again.check_embedder("hashing-4", 4)
+    assert again.user_exists(u)
+    assert again.stats(u) == before
+    assert [m.id for m in again.pending_messages(u)] == ["m3"]
+    assert again.next_window(u) == 1
+    ep = again.get_episode(u, "e1")
+    assert [m.id for m in ep.messages] == ["m1", "m2"] and ep.distilled
+    assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(ep.vector, E_NEAR))
+    hits = again.search_semantic(u, Q, top_k=5)
+    assert ids(hits) == ["s1"] and math.isclose(hits[0].score, 0.8, abs_tol=1e-5)
+    assert again.add_messages(u, [msg(1), msg(2), msg(3)]) == []  # idempotency survives reopen

@@ -1,0 +1,85 @@
+"""StagePredict: bad replies are re-asked with the response cache bypassed; nothing is lost."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from nemori_dspy.errors import LLMError
+from nemori_dspy.predict import StagePredict
+from nemori_dspy.signatures import NarrateEpisode, PartitionMessages
+from nemori_dspy.usage import LEDGER
+from tests.fakes import ScriptedLM, chat_reply, default_responders
+
+GOOD = chat_reply(cue="Caroline at a support group (7 May 2023)", narrative="Caroline went to a support group.")
+
+
+def _lm_with(replies: list[str], cache: bool = True) -> ScriptedLM:
+    """Narration replies in order; the last one repeats."""
+    it = iter(replies)
+    state = {"last": replies[-1]}
+
+    def narrate(_inputs):
+        state["last"] = next(it, state["last"])
+        return state["last"]
+
+    r = default_responders()
+    r["NarrateEpisode"] = narrate
+    return ScriptedLM(r, cache=cache)
+
+
+def _narrate(lm, parse_retries=1):
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        return StagePredict(NarrateEpisode, "narrate", parse_retries=parse_retries)(
+            messages="[2023-05-08 13:56] Caroline: I went to a support group yesterday.")
+
+
+@pytest.mark.parametrize("bad", [
+    "",                                                                  # empty reply
+    '[[ ## cue ## ]]\n{"cue": "Caroline at a supp',                     # truncated
+    "[[ ## cue ## ]]\n{cue}\n\n[[ ## narrative ## ]]\n{narrative}",      # schema echoed back, no completion
+    '{"cue": "x", "narrat',                                              # truncated JSON
+])
+def test_bad_reply_then_valid_succeeds_on_a_cache_bypassing_retry(bad):
+    lm = _lm_with([bad, bad, GOOD], cache=True)  # ChatAdapter may fall back to JSONAdapter: 1-2 calls per attempt
+    pred = _narrate(lm, parse_retries=3)
+    assert pred.narrative == "Caroline went to a support group."
+    assert LEDGER.counters.get("retries.narrate", 0) >= 1
+
+
+def test_think_prefix_before_valid_reply_is_parsed_without_retry():
+    lm = _lm_with(["<think>The user wants a narrative.</think>\n" + GOOD])
+    pred = _narrate(lm)
+    assert pred.cue.startswith("Caroline at a support group")
+    assert LEDGER.counters.get("retries", 0) == 0
+
+
+def test_retry_does_not_receive_the_cached_bad_reply():
+    """At temperature 0 a cached bad reply would come back unchanged: the retry must reach the LM."""
+    lm = _lm_with(["nonsense", "nonsense", GOOD], cache=True)
+    _narrate(lm, parse_retries=3)
+    first = lm.calls["NarrateEpisode"]
+    # the same prompt again: the good reply is now served (from cache or LM), never the bad one
+    assert _narrate(lm).narrative == "Caroline went to a support group."
+    assert first >= 2
+
+
+def test_permanent_failure_raises_llm_error_naming_the_stage():
+    def boom(_):
+        raise RuntimeError("connection refused")
+
+    r = default_responders()
+    r["NarrateEpisode"] = boom
+    with pytest.raises(LLMError, match="narrate"):
+        _narrate(ScriptedLM(r), parse_retries=2)
+    assert LEDGER.counters["retries.narrate"] == 2
+
+
+def test_cache_hits_are_counted_apart_from_real_calls():
+    lm = _lm_with([GOOD], cache=True)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        p = StagePredict(PartitionMessages, "partition")
+        for _ in range(3):
+            p(messages="1. [2023-05-08 13:56] A: hi\n2. [2023-05-08 13:57] B: hello", message_count=2)
+    u = LEDGER.snapshot()["partition"]
+    assert u.calls == 1 and u.cache_hits == 2 and u.input_tokens > 0
