@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -143,6 +144,8 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nemori-dspy`` script; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the embedded model server and open runs are closed cleanly.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .errors import NemoriError

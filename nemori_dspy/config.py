@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["NemoriSettings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR"]
+__all__ = ["NemoriSettings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -30,6 +30,14 @@ STAGES = (
     "answer",         # P_ans  §3.4
     "judge",          # LoCoMo LLM judge, Appendix D.4.1
 )
+
+
+#: Output caps per stage (tokens). Small models otherwise ramble until ``max_tokens``; a cap bounds
+#: the cost of a bad reply. Override per stage with ``stage_lms={"narrate": {"max_tokens": 600}}``.
+DEFAULT_STAGE_MAX_TOKENS = {
+    "partition": 200, "narrate": 320, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
+    "consolidate": 160, "direct_distill": 320, "answer": 64, "judge": 96,
+}
 
 
 class StageLM(BaseModel):
@@ -108,9 +116,11 @@ class NemoriSettings(BaseSettings):
         return v
 
     def stage_max_tokens(self, stage: str) -> int:
-        """Output cap for ``stage``: its override, else ``max_tokens``."""
+        """Output cap for ``stage``: its override, else ``DEFAULT_STAGE_MAX_TOKENS``, else ``max_tokens``."""
         o = self.stage_lms.get(stage)
-        return (o.max_tokens if o and o.max_tokens else self.max_tokens)
+        if o and o.max_tokens:
+            return o.max_tokens
+        return min(DEFAULT_STAGE_MAX_TOKENS.get(stage, self.max_tokens), self.max_tokens)
 
     def public_dict(self) -> dict:
         """The resolved config as plain JSON-able values, with secrets removed (for MLflow)."""

@@ -138,7 +138,8 @@ class LlamaServer:
     """A ``llama_cpp.server`` subprocess serving one GGUF as the OpenAI model ``local``.
 
     Use as a context manager (or call :meth:`start` / :meth:`stop`); it is also stopped at
-    interpreter exit. litellm reaches it with ``model=self.model`` (``"openai/local"``),
+    interpreter exit, and on Linux it is SIGKILLed if the thread that started it dies (so start
+    it from the main or a long-lived thread). litellm reaches it with ``model=self.model`` (``"openai/local"``),
     ``api_base=self.api_base`` and any non-empty api key.
 
     Args:
@@ -251,7 +252,8 @@ class LlamaServer:
         self._log_fh = open(self.log_path, "ab")
         t0 = time.monotonic()
         self._proc = subprocess.Popen(
-            self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         atexit.register(self.stop)
         url = f"{self.api_base}/models"
@@ -286,7 +288,10 @@ class LlamaServer:
         return self
 
     def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after 10 s). Idempotent."""
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s). Idempotent.
+
+        uvicorn waits for in-flight requests on SIGTERM, so a long generation is cut by the SIGKILL.
+        """
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -328,6 +333,17 @@ class LlamaServer:
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"LlamaServer({self.model_path.name!r}, port={self.port}, {state})"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGKILL the server when the spawning thread dies (atexit does not run on SIGKILL/SIGTERM)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 def _llama_cpp_version() -> str | None:
