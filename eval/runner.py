@@ -54,14 +54,22 @@ def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool
     t0 = time.perf_counter()
     parked: list[str] = []
     bar = tqdm(total=len(conv.messages), desc=f"ingest {conv.sample_id}", unit="msg", disable=not progress)
-    for i in range(0, len(conv.messages), w):
-        chunk = conv.messages[i:i + w]
-        res = memory.add_messages(conv.sample_id, chunk)
-        parked += res.report.parked if res.report else []
-        bar.update(len(chunk))
-    report = memory.flush(conv.sample_id)
-    parked += report.parked
-    bar.close()
+
+    def show(stage: str) -> None:  # an LLM call finished: show which stage and how many so far
+        bar.set_postfix_str(f"{stage}, {LEDGER.total().calls} LLM calls", refresh=True)
+
+    LEDGER.listeners.append(show)
+    try:
+        for i in range(0, len(conv.messages), w):
+            chunk = conv.messages[i:i + w]
+            res = memory.add_messages(conv.sample_id, chunk)
+            parked += res.report.parked if res.report else []
+            bar.update(len(chunk))
+        report = memory.flush(conv.sample_id)
+        parked += report.parked
+    finally:
+        LEDGER.listeners.remove(show)
+        bar.close()
     return {"seconds": time.perf_counter() - t0, "parked": parked}
 
 

@@ -66,6 +66,7 @@ class NemoriSettings(BaseSettings):
     seed: int = Field(default=0, description="sampling seed sent to the provider")
     max_tokens: int = Field(default=1024, gt=0, description="default output token cap per call")
     stage_lms: dict[str, StageLM] = Field(default_factory=dict, description="per-stage model/max_tokens overrides, keyed by STAGES")
+    predictor_classes: dict[str, str] = Field(default_factory=dict, description="per-stage DSPy predictor class, e.g. {'answer': 'dspy.ChainOfThought'}")
     judge_model: str | None = Field(default=None, description="model for the LLM judge; None = the main model")
     adapter: Literal["chat", "json"] = Field(default="chat", description="DSPy adapter formatting prompts")
     cache: bool = Field(default=True, description="DSPy response cache; retries always bypass it")
@@ -107,9 +108,9 @@ class NemoriSettings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
     mlflow_experiment: str = Field(default="nemori-dspy")
 
-    @field_validator("stage_lms")
+    @field_validator("stage_lms", "predictor_classes")
     @classmethod
-    def _known_stages(cls, v: dict[str, StageLM]) -> dict[str, StageLM]:
+    def _known_stages(cls, v: dict) -> dict:
         unknown = sorted(set(v) - set(STAGES))
         if unknown:
             raise ValueError(f"unknown stage(s) {unknown}; valid stages: {', '.join(STAGES)}")

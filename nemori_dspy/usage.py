@@ -10,7 +10,7 @@ import contextvars
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .types import Usage
 
@@ -41,6 +41,7 @@ class UsageLedger:
         self._lock = threading.Lock()
         self.stages: dict[str, Usage] = {}
         self.counters: dict[str, int] = {}
+        self.listeners: list[Callable[[str], None]] = []
 
     def _add(self, name: str, **delta: Any) -> None:
         with self._lock:
@@ -52,10 +53,13 @@ class UsageLedger:
         usage = usage or {}
         inp = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
         out = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+        name = current_stage()
         if inp == 0 and out == 0:
-            self._add(current_stage(), cache_hits=1)
+            self._add(name, cache_hits=1)
         else:
-            self._add(current_stage(), calls=1, input_tokens=inp, output_tokens=out, cost_usd=float(cost or 0.0))
+            self._add(name, calls=1, input_tokens=inp, output_tokens=out, cost_usd=float(cost or 0.0))
+        for listener in list(self.listeners):
+            listener(name)
 
     def record_time(self, seconds: float, failed: bool = False) -> None:
         """Add wall seconds (and a failure, if the call raised) to the current stage."""

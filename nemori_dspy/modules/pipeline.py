@@ -32,10 +32,11 @@ def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | 
                   predictor_classes: dict[str, str] | None = None) -> Callable[[str], dspy.Module]:
     """Build ``make(stage) -> StagePredict`` from settings: per-stage max_tokens, LM and predictor class.
 
-    ``predictor_classes`` maps a stage to a dotted class path (e.g. ``{"answer": "dspy.ChainOfThought"}``).
+    ``predictor_classes`` (default ``settings.predictor_classes``) maps a stage to a dotted class path,
+    e.g. ``{"answer": "dspy.ChainOfThought"}``; the class is called with the stage's signature.
     """
     stage_lms = stage_lms or {}
-    predictor_classes = predictor_classes or {}
+    predictor_classes = predictor_classes if predictor_classes is not None else settings.predictor_classes
 
     def make(name: str) -> dspy.Module:
         cls = load_predictor_class(predictor_classes[name]) if name in predictor_classes else dspy.Predict
