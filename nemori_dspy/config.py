@@ -103,6 +103,8 @@ class NemoriSettings(BaseSettings):
     distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")
     consolidation: bool = Field(default=True, description="False = append insights without P_con (Appendix A.2)")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
+    max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
+                                  "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
 
     # --- tracking
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")

@@ -7,7 +7,7 @@ from typing import Sequence
 from .types import Episode, SearchResult, StoredMessage
 
 __all__ = ["render_messages", "render_numbered_messages", "render_episode", "render_candidates",
-           "render_entries", "render_context", "clip"]
+           "render_entries", "render_context", "clip", "per_message_chars"]
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -17,14 +17,25 @@ def clip(text: str, max_chars: int) -> str:
     return text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
 
 
-def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000) -> str:
-    """One line per message: ``[YYYY-MM-DD HH:MM] speaker: content`` (content clipped to ``max_chars``)."""
-    return "\n".join(f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, max_chars)}" for m in messages)
+def per_message_chars(n: int, max_chars: int, budget: int | None) -> int:
+    """Characters each of ``n`` messages may use: ``max_chars``, shrunk so n of them fit ``budget`` (≥ 200)."""
+    if budget is None or n == 0:
+        return max_chars
+    return max(200, min(max_chars, budget // n))
 
 
-def render_numbered_messages(messages: Sequence[StoredMessage], max_chars: int = 4000) -> str:
+def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000, budget: int | None = None) -> str:
+    """One line per message: ``[YYYY-MM-DD HH:MM] speaker: content``; each content clipped so that a
+    message has at most ``max_chars`` and all of them together about ``budget`` characters."""
+    cap = per_message_chars(len(messages), max_chars, budget)
+    return "\n".join(f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, cap)}" for m in messages)
+
+
+def render_numbered_messages(messages: Sequence[StoredMessage], max_chars: int = 4000,
+                             budget: int | None = None) -> str:
     """Like ``render_messages`` with 1-based numbers: ``3. [2023-05-08 13:56] Caroline: ...``."""
-    return "\n".join(f"{i}. [{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, max_chars)}"
+    cap = per_message_chars(len(messages), max_chars, budget)
+    return "\n".join(f"{i}. [{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, cap)}"
                      for i, m in enumerate(messages, 1))
 
 
@@ -48,10 +59,9 @@ def render_entries(texts: Sequence[str]) -> str:
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1)) or "(none)"
 
 
-def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000) -> str:
-    """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts.
-
-    Returns "" when nothing was retrieved.
+def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, budget: int | None = None) -> str:
+    """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts,
+    clipped to ``budget`` characters in all. Returns "" when nothing was retrieved.
     """
     parts: list[str] = []
     if result.episodes:
@@ -65,4 +75,5 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000) 
     if result.semantic:
         parts.append("Known facts:")
         parts += [f"- {s.entry.text}" for s in result.semantic]
-    return "\n".join(parts)
+    text = "\n".join(parts)
+    return clip(text, budget) if budget else text

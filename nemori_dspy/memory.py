@@ -173,15 +173,10 @@ class Memory:
         if not isinstance(question, str) or not question.strip():
             raise InvalidInputError("question", "is empty", "pass a non-empty question")
         user_id = self._known(user_id) if use_memory else validate_user_id(user_id)
-        before = LEDGER.snapshot().get("answer")
-        pred = self.pipeline(user_id=user_id, question=question, use_memory=use_memory)
-        after = LEDGER.snapshot().get("answer")
-        usage = after.model_copy() if after else None
-        if usage is not None and before is not None:
-            usage = usage.model_copy(update={k: getattr(after, k) - getattr(before, k) for k in type(after).model_fields})
-        from .types import Usage
+        with LEDGER.scope() as mine:
+            pred = self.pipeline(user_id=user_id, question=question, use_memory=use_memory)
         return AnswerResult(question=question, answer=pred.answer, context=pred.context, retrieved=pred.retrieved,
-                            usage=usage or Usage(), mode="memory" if use_memory else "no-memory")
+                            usage=mine.total(), mode="memory" if use_memory else "no-memory")
 
     # ------------------------------------------------------------------ inspect / delete
     def get_episode(self, user_id: str, episode_id: str) -> Episode:

@@ -17,6 +17,7 @@ from .types import Usage
 __all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin"]
 
 _STAGE: contextvars.ContextVar[str] = contextvars.ContextVar("nemori_stage", default="other")
+_SCOPES: contextvars.ContextVar[tuple["UsageLedger", ...]] = contextvars.ContextVar("nemori_scopes", default=())
 
 
 def current_stage() -> str:
@@ -44,9 +45,19 @@ class UsageLedger:
         self.listeners: list[Callable[[str], None]] = []
 
     def _add(self, name: str, **delta: Any) -> None:
-        with self._lock:
-            cur = self.stages.get(name, Usage())
-            self.stages[name] = cur.add(Usage(**delta))
+        for ledger in (self, *(_SCOPES.get() if self is LEDGER else ())):
+            with ledger._lock:
+                ledger.stages[name] = ledger.stages.get(name, Usage()).add(Usage(**delta))
+
+    @contextmanager
+    def scope(self) -> Iterator["UsageLedger"]:
+        """Also charge the calls made in this block (this thread/task only) to a fresh ledger."""
+        local = UsageLedger()
+        token = _SCOPES.set((*_SCOPES.get(), local))
+        try:
+            yield local
+        finally:
+            _SCOPES.reset(token)
 
     def record_response(self, usage: dict | None, cost: float | None) -> None:
         """Charge one LM response to the current stage; an empty usage counts as a cache hit."""

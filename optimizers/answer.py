@@ -48,11 +48,13 @@ OPTIMIZERS: tuple[str, ...] = ("bootstrap", "labeled", "mipro")
 # ---------------------------------------------------------------- data
 
 def _context(memory: Memory, user_id: str, question: str) -> str:
-    """The answer context ``ResponseGeneration.forward`` would build for this question."""
+    """The answer context ``ResponseGeneration.forward`` would build for this question (same r, same
+    per-message and total character caps)."""
     response = memory.pipeline.response
     s = memory.settings
     r = s.raw_episodes_top_r if getattr(response, "include_raw", True) else 0
-    return render_context(response.retrieve(user_id, question), r, s.max_message_chars)
+    return render_context(response.retrieve(user_id, question), r, s.max_message_chars,
+                          getattr(s, "max_prompt_chars", None))
 
 
 def _example(context: str, q: LoCoMoQuestion) -> dspy.Example:

@@ -105,7 +105,8 @@ class EpisodicIntegration(dspy.Module):
         if n == 1:
             return [list(messages)]
         try:
-            reply = self.partition(messages=render_numbered_messages(messages, self.res.settings.max_message_chars),
+            reply = self.partition(messages=render_numbered_messages(messages, self.res.settings.max_message_chars,
+                                                                            self.res.settings.max_prompt_chars),
                                    message_count=n).groups
         except LLMError as exc:
             LEDGER.count("partition_fallback_whole_window")
@@ -119,7 +120,8 @@ class EpisodicIntegration(dspy.Module):
 
     def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
         """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2)."""
-        pred = self.narrate(messages=render_messages(msgs, self.res.settings.max_message_chars))
+        pred = self.narrate(messages=render_messages(msgs, self.res.settings.max_message_chars,
+                                                              self.res.settings.max_prompt_chars))
         cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "

@@ -11,6 +11,7 @@ import numpy as np
 from ..config import NemoriSettings
 from ..embedders import Embedder
 from ..store.base import MemoryStore
+from ..usage import LEDGER
 
 __all__ = ["Resources"]
 
@@ -35,7 +36,10 @@ class Resources:
         """Texts → unit vectors, clipped to ``settings.max_message_chars`` characters each."""
         if not texts:
             return []
-        clipped = [t[: self.settings.max_message_chars] for t in texts]
+        cap = self.settings.max_message_chars
+        clipped = [t[:cap] for t in texts]
+        if any(len(t) > cap for t in texts):
+            LEDGER.count("embedder_inputs_clipped", sum(len(t) > cap for t in texts))
         arr = np.asarray(self.embedder.embed(clipped), dtype=np.float32)
         return arr.tolist()
 

@@ -1,0 +1,64 @@
+"""Subprocess for the crash test: ingest locomo_mini into DB with a prompt-hash scripted LM.
+
+usage: python -m tests.crash_worker DB LOCOMO_JSON [--slow SECONDS]
+Prints "ready" once imports are done, then "done" after the final flush.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import dspy
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.eval.locomo import load_locomo
+from nemori_dspy.memory import Memory
+from nemori_dspy.store.sqlite import SQLiteStore
+from tests.fakes import ScriptedLM, chat_reply, default_responders, prompt_hash
+
+
+def hash_responders(slow: float) -> dict:
+    """Replies that depend only on the prompt (so a replay after a crash gets the same ones)."""
+    base = default_responders()
+
+    def delayed(fn):
+        def inner(i):
+            time.sleep(slow)
+            return fn(i)
+        return inner
+
+    def partition(i):
+        n, h = int(i["message_count"]), prompt_hash(i)
+        size = 3 + h % 4
+        return chat_reply(groups=[list(range(s, min(s + size, n + 1))) for s in range(1, n + 1, size)])
+
+    def select(i):
+        return chat_reply(choice=[-1, 1, -1][prompt_hash(i) % 3])
+
+    def consolidate(i):
+        h = prompt_hash(i)
+        action = ["new", "merge", "conflict", "new"][h % 4]
+        return chat_reply(action=action, targets=[1] if action != "new" else [], merged_text=f"merged fact {h % 97}")
+
+    base.update(PartitionMessages=partition, SelectContinuation=select, ConsolidateKnowledge=consolidate)
+    return {k: delayed(v) for k, v in base.items()}
+
+
+def main(db: str, data: str, slow: float) -> None:
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    conv = load_locomo(data)[0]
+    lm = ScriptedLM(hash_responders(slow))
+    dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+    mem = Memory(SQLiteStore(db), HashingEmbedder(64), NemoriSettings(window_size=20, cache=False))
+    print("ready", flush=True)
+    for i in range(0, len(conv.messages), 20):
+        mem.add_messages(conv.sample_id, conv.messages[i:i + 20])
+    mem.flush(conv.sample_id)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    slow = float(sys.argv[sys.argv.index("--slow") + 1]) if "--slow" in sys.argv else 0.0
+    main(sys.argv[1], sys.argv[2], slow)

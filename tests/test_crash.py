@@ -1,0 +1,68 @@
+"""kill -9 at random points while ingesting a LoCoMo conversation: every message ends up in exactly
+one episode, and the store matches an uninterrupted run (scripted LM replying by prompt hash)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.store.sqlite import SQLiteStore
+from tests.eval.test_runner import MINI
+
+ROOT = Path(__file__).resolve().parents[1]
+KILLS = int(os.environ.get("NEMORI_CRASH_KILLS", "20"))
+
+
+def _spawn(db: Path, slow: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.crash_worker", str(db), str(MINI), "--slow", str(slow)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def _run_to_end(db: Path, slow: float) -> None:
+    p = _spawn(db, slow)
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 0 and "done" in out
+
+
+def _state(db: Path) -> tuple:
+    store = SQLiteStore(db)
+    eps = store.list_episodes("conv-26")
+    ids = [m for ep in eps for m in ep.message_ids]
+    sem = sorted(e.text for e in store.list_semantic("conv-26"))
+    return len(eps), sorted(ids), sem, store.stats("conv-26")
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_at_random_points_loses_and_duplicates_nothing(tmp_path):
+    if not MINI.exists():
+        pytest.skip(f"{MINI} not found")
+    slow = 0.01
+    _run_to_end(tmp_path / "clean.db", slow)
+    rng = random.Random(1234)
+    crashed = tmp_path / "crashed.db"
+    kills = 0
+    for _ in range(KILLS):
+        p = _spawn(crashed, slow)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 1.5))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+    _run_to_end(crashed, slow)
+    n_clean, ids_clean, sem_clean, _ = _state(tmp_path / "clean.db")
+    n_crash, ids_crash, sem_crash, stats = _state(crashed)
+    assert kills >= KILLS // 2
+    assert len(ids_crash) == len(set(ids_crash)) == 58          # every turn exactly once
+    assert ids_crash == ids_clean
+    assert n_crash == n_clean                                    # same episodes as uninterrupted
+    assert sem_crash == sem_clean                                # same semantic memory
+    assert stats["pending"] == 0 and stats["to_distill"] == 0 and stats["messages"] == 58
