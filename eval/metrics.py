@@ -6,8 +6,11 @@ Definitions follow ``shared/data/locomo/README.md`` ("Scoring conventions"):
   NLTK BLEU-1 with smoothing method1.
 * LoCoMo paper (snap-research/locomo ``task_eval/evaluation.py``): normalised, Porter-stemmed
   multiset F1 with per-category rules (1: comma sub-answers, 3: cut at ';', 5: phrase match).
+* Retrieval: :func:`evidence_recall_at_k`, LLM-free share of gold evidence turns retrieved.
 
-All scores are floats in [0, 1].
+All scores are floats in [0, 1]. Tables (:func:`category_table` with 95% CIs,
+:func:`cost_table`, the per-stage "Table 9" layout, :func:`answer_time_table`, the per-system
+"Table 4" layout) are plain text.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from nltk.stem import PorterStemmer
 from nltk.tokenize import NLTKWordTokenizer
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES, normalise_evidence
 
 __all__ = [
     "token_f1",
@@ -32,7 +35,14 @@ __all__ = [
     "bleu1_metric",
     "f1_locomo_metric",
     "mean_ci95",
+    "format_cell",
+    "format_table",
+    "category_scores",
     "category_table",
+    "evidence_recall_at_k",
+    "token_shares",
+    "cost_table",
+    "answer_time_table",
 ]
 
 _TOKENIZER = NLTKWordTokenizer()
@@ -175,38 +185,247 @@ def mean_ci95(values: list[float]) -> tuple[float, float, float]:
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
-def _cell(rows: list[dict], metric: str) -> str:
-    vals = [float(r[metric]) for r in rows if r.get(metric) is not None]
-    if not vals:
+def format_cell(values: list[float]) -> str:
+    """One table cell: ``"<mean×100> [<low×100>–<high×100>] (n=<count>)"``, 1 decimal.
+
+    The interval is :func:`mean_ci95` (normal approximation, clipped to [0, 1]); ``None``
+    values must already be removed. No values → ``"- (n=0)"``.
+    Example: ``[0.4, 0.6, 0.5, 0.5]`` → ``"50.0 [42.0–58.0] (n=4)"``.
+    """
+    if not values:
         return "- (n=0)"
-    return f"{100 * sum(vals) / len(vals):.1f} (n={len(vals)})"
+    mean, low, high = mean_ci95(values)
+    return f"{100 * mean:.1f} [{100 * low:.1f}–{100 * high:.1f}] (n={len(values)})"
 
 
-def category_table(rows: list[dict], metrics: list[str], systems: list[str] | None = None) -> str:
-    """Plain-text per-category score table.
+def _values(rows: list[dict], metric: str) -> list[float]:
+    """The non-``None`` values of ``metric`` in ``rows`` (rows lacking the key are skipped)."""
+    return [float(r[metric]) for r in rows if r.get(metric) is not None]
+
+
+def _system(row: dict) -> str:
+    return str(row.get("system", "nemori"))
+
+
+def _scored_groups(rows: list[dict], system: str) -> list[tuple[str, list[dict]]]:
+    """``[(category name, rows)]`` for categories 1-4 then ``("overall", rows of 1-4)`` for one system."""
+    mine = [r for r in rows if _system(r) == system and int(r["category"]) in SCORED_CATEGORIES]
+    groups = [(CATEGORY_NAMES[c], [r for r in mine if int(r["category"]) == c]) for c in SCORED_CATEGORIES]
+    return [*groups, ("overall", mine)]
+
+
+def category_scores(rows: list[dict], metric: str, systems: list[str] | None = None
+                    ) -> dict[str, dict[str, tuple[float, float, float, int]]]:
+    """``{system: {category name | "overall": (mean, low, high, n)}}`` for one metric.
+
+    Same selection as :func:`category_table` (categories 1-4, ``None`` values skipped);
+    mean/low/high are in [0, 1] from :func:`mean_ci95`, ``n`` counts the rows with a value.
+    """
+    systems = systems if systems is not None else _systems(rows)
+    out: dict[str, dict[str, tuple[float, float, float, int]]] = {}
+    for system in systems:
+        for name, sub in _scored_groups(rows, system):
+            vals = _values(sub, metric)
+            out.setdefault(system, {})[name] = (*mean_ci95(vals), len(vals))
+    return out
+
+
+def _systems(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(_system(r) for r in rows))
+
+
+def format_table(header: list[str], body: list[list[str]], key_cols: int = 1, width: int = 120) -> str:
+    """Left-aligned fixed-width text table, columns two spaces apart.
+
+    If a line would be wider than ``width`` characters, the columns after the first
+    ``key_cols`` are split into the fewest equal-sized blocks that fit; each block repeats
+    the key columns and is separated from the next by a blank line.
+    """
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    out: list[str] = []
+    for cols in _column_blocks(widths, key_cols, width):
+        idx = [*range(key_cols), *cols]
+        fmt = lambda line: "  ".join(line[i].ljust(widths[i]) for i in idx).rstrip()  # noqa: E731
+        out += ([""] if out else []) + [fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in body)]
+    return "\n".join(out)
+
+
+def _column_blocks(widths: list[int], key_cols: int, width: int) -> list[list[int]]:
+    """Value-column indices split into the fewest equal chunks whose lines fit ``width``."""
+    cols = list(range(key_cols, len(widths)))
+    key = sum(widths[:key_cols]) + 2 * key_cols
+    for count in range(1, len(cols) + 1):
+        size = math.ceil(len(cols) / count)
+        blocks = [cols[i:i + size] for i in range(0, len(cols), size)]
+        if all(key + sum(widths[i] + 2 for i in b) - 2 <= width for b in blocks):
+            return blocks or [[]]
+    return [[c] for c in cols] or [[]]
+
+
+def category_table(rows: list[dict], metrics: list[str], systems: list[str] | None = None,
+                   wide: bool = False, width: int = 120) -> str:
+    """Plain-text per-category score table with 95% CIs.
 
     Args:
-        rows: one dict per scored question with ``category`` (int), optional ``system``
-            (str, default ``"nemori"``) and one float in [0, 1] per metric name.
-        metrics: metric keys to show, one column each (header = metric name).
+        rows: one dict per scored question (``results.jsonl`` rows from ``eval/runner.py``)
+            with ``category`` (int), optional ``system`` (str, default ``"nemori"``) and one
+            float in [0, 1] (or ``None``) per metric name. Category 5 rows are ignored.
+        metrics: metric keys to show (header = metric name).
         systems: systems to show, in order; ``None`` → every system in order of appearance.
+        wide: ``False`` → one row per (system, category), one column per metric;
+            ``True`` → one row per category, one column per (metric, system), headed
+            ``"<system> <metric>"`` (systems side by side for each metric).
+        width: maximum line length; wider tables are split into column blocks
+            (see :func:`format_table`).
 
     Returns:
-        A fixed-width table: for each system, one row per scored category (1-4, by name)
-        and an ``overall`` row over categories 1-4; each cell is
-        ``"<mean×100, 1 decimal> (n=<count>)"``.
+        Rows for categories 1-4 (by name) and ``overall`` (categories 1-4 pooled). Each cell
+        is :func:`format_cell`: ``"45.0 [30.1–59.9] (n=20)"`` = mean×100 [95% CI×100]; rows
+        whose value is ``None`` (or missing) are skipped for that cell, so ``n`` counts only
+        rows with a value.
     """
-    if systems is None:
-        systems = list(dict.fromkeys(r.get("system", "nemori") for r in rows))
-    header = ["system", "category", *metrics]
+    systems = systems if systems is not None else _systems(rows)
+    if wide:
+        return _wide_table(rows, metrics, systems, width)
     body: list[list[str]] = []
     for system in systems:
-        mine = [r for r in rows if r.get("system", "nemori") == system
-                and int(r["category"]) in SCORED_CATEGORIES]
-        for cat in SCORED_CATEGORIES:
-            sub = [r for r in mine if int(r["category"]) == cat]
-            body.append([system, CATEGORY_NAMES[cat], *(_cell(sub, m) for m in metrics)])
-        body.append([system, "overall", *(_cell(mine, m) for m in metrics)])
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-    fmt = lambda line: "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in body)])
+        for name, sub in _scored_groups(rows, system):
+            body.append([system, name, *(format_cell(_values(sub, m)) for m in metrics)])
+    return format_table(["system", "category", *metrics], body, key_cols=2, width=width)
+
+
+def _wide_table(rows: list[dict], metrics: list[str], systems: list[str], width: int) -> str:
+    grouped = {s: dict(_scored_groups(rows, s)) for s in systems}
+    names = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), "overall"]
+    header = ["category", *(f"{s} {m}" for m in metrics for s in systems)]
+    body = [[name, *(format_cell(_values(grouped[s][name], m)) for m in metrics for s in systems)]
+            for name in names]
+    return format_table(header, body, key_cols=1, width=width)
+
+
+# ---------------------------------------------------------------- retrieval (LLM-free)
+
+def _norm_id(message_id: str) -> str:
+    """A message id in canonical form: LoCoMo dia_ids via ``normalise_evidence`` ("D30:05" →
+    "D30:5"); any other id (e.g. a UUID) unchanged."""
+    found = normalise_evidence([message_id])
+    return found[0] if len(found) == 1 else str(message_id)
+
+
+def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str], k: int) -> float | None:
+    """Share of a question's gold evidence turns that the top-``k`` retrieved items contain.
+
+    LLM-free retrieval metric (no judge, no answer): it only compares ids.
+
+    Args:
+        ranked_message_ids: one list per retrieved item, best first: the raw message ids
+            of that item (a Nemori episode's ``Episode.message_ids`` from
+            ``SearchResult.episodes``, or the ids of a RAG chunk's turns). For LoCoMo these
+            are the turns' ``dia_id`` strings ("D1:3").
+        evidence: the question's gold ``evidence`` dia_ids. They are normalised with
+            ``eval.locomo.normalise_evidence`` (malformed ids split or dropped, leading zeros
+            removed; see ``shared/data/locomo/README.md``) and deduplicated.
+        k: how many top items to look at (≥ 1); items beyond rank ``k`` are ignored.
+
+    Returns:
+        ``|evidence ∩ ids(top-k)| / |evidence|`` in [0, 1], or ``None`` when the normalised
+        evidence is empty (so the question is excluded from means). A Full-Context system,
+        whose single "item" holds every turn, scores 1 by construction (up to evidence ids
+        that do not exist in the conversation).
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    gold = normalise_evidence(list(evidence))
+    if not gold:
+        return None
+    seen = {_norm_id(mid) for item in ranked_message_ids[:k] for mid in item}
+    return sum(1 for g in gold if g in seen) / len(gold)
+
+
+# ---------------------------------------------------------------- cost and latency tables
+
+_USAGE_FIELDS = ("calls", "input_tokens", "output_tokens", "seconds", "cost_usd")
+
+
+def _usage_dict(usage: Any) -> dict[str, float]:
+    """A ``types.Usage`` (or its ``model_dump()``) → plain dict; missing fields are 0."""
+    raw = usage.model_dump() if hasattr(usage, "model_dump") else dict(usage)
+    return {f: float(raw.get(f, 0) or 0) for f in _USAGE_FIELDS}
+
+
+def _ordered_stages(stage_usage: dict[str, Any], stages_order: list[str] | None) -> list[str]:
+    """Stages in ``stages_order`` that are present, then the others in their dict order."""
+    first = [s for s in (stages_order or []) if s in stage_usage]
+    return [*first, *(s for s in stage_usage if s not in first)]
+
+
+def token_shares(stage_usage: dict[str, Any]) -> dict[str, float]:
+    """``{stage: percent of all input+output tokens}``; sums to 100 (all 0.0 if no tokens)."""
+    totals = {s: u["input_tokens"] + u["output_tokens"] for s, u in
+              ((s, _usage_dict(v)) for s, v in stage_usage.items())}
+    grand = sum(totals.values())
+    return {s: (100 * t / grand if grand else 0.0) for s, t in totals.items()}
+
+
+def _money(cost: float, local: bool) -> str:
+    return "local" if local and cost == 0 else f"{cost:.4f}"
+
+
+def cost_table(stage_usage: dict[str, Any], stages_order: list[str] | None = None, local: bool = False) -> str:
+    """Per-stage LLM cost table (the report's "Table 9" layout).
+
+    Args:
+        stage_usage: ``{stage: usage}``, usage a ``types.Usage`` or its ``model_dump()``
+            (``calls``, ``input_tokens``, ``output_tokens``, ``seconds`` = summed wall
+            seconds of the calls, ``cost_usd`` = dollars), e.g. ``summary["usage"]`` from
+            ``eval/runner.py`` / ``usage.LEDGER.snapshot()``.
+        stages_order: stages to list first, in this order (e.g. ``runner.CONSTRUCTION_STAGES``);
+            stages not named follow in dict order; named but absent stages are skipped.
+        local: the model runs locally: a $ of 0 is shown as ``"local"``.
+
+    Returns:
+        Columns ``stage, calls, input, output, total, share %, seconds, $`` (total =
+        input + output tokens; share = total / all stages' total × 100) and a ``total`` row.
+    """
+    stages = _ordered_stages(stage_usage, stages_order)
+    use = {s: _usage_dict(stage_usage[s]) for s in stages}
+    shares = token_shares(stage_usage)
+    tot = {f: sum(u[f] for u in use.values()) for f in _USAGE_FIELDS}
+    body = [_cost_line(s, use[s], shares[s], local) for s in stages]
+    body.append(_cost_line("total", tot, 100.0 if tot["input_tokens"] + tot["output_tokens"] else 0.0, local))
+    header = ["stage", "calls", "input", "output", "total", "share %", "seconds", "$"]
+    return format_table(header, body, key_cols=1)
+
+
+def _cost_line(name: str, u: dict[str, float], share: float, local: bool) -> list[str]:
+    total = u["input_tokens"] + u["output_tokens"]
+    return [name, f"{u['calls']:.0f}", f"{u['input_tokens']:.0f}", f"{u['output_tokens']:.0f}", f"{total:.0f}",
+            f"{share:.1f}", f"{u['seconds']:.1f}", _money(u["cost_usd"], local)]
+
+
+def _mean_of(rows: list[dict], key: str) -> str:
+    vals = _values(rows, key)
+    return f"{sum(vals) / len(vals):.1f}" if vals else "-"
+
+
+def answer_time_table(rows: list[dict], systems: list[str] | None = None) -> str:
+    """Per-system answering cost: context size and latency (the report's "Table 4" layout).
+
+    Args:
+        rows: ``results.jsonl`` rows (``eval/runner.py``): ``system``,
+            ``answer_input_tokens`` (prompt tokens of the answer call = context tokens),
+            optional ``search_ms`` (retrieval wall time, ms) and ``total_ms`` (search +
+            answer wall time, ms). Missing/``None`` values are skipped per column.
+        systems: systems to show, in order; ``None`` → all, in order of appearance.
+
+    Returns:
+        Columns ``system, n, context tokens, search ms, total ms`` (means, 1 decimal;
+        ``-`` when no row has the value).
+    """
+    systems = systems if systems is not None else _systems(rows)
+    body = []
+    for system in systems:
+        mine = [r for r in rows if _system(r) == system]
+        body.append([system, str(len(mine)), _mean_of(mine, "answer_input_tokens"),
+                     _mean_of(mine, "search_ms"), _mean_of(mine, "total_ms")])
+    return format_table(["system", "n", "context tokens", "search ms", "total ms"], body, key_cols=1)

@@ -1,54 +1,90 @@
-"""The LoCoMo main job: ingest each conversation as one user, answer categories 1-4 from memory and
-with a no-memory control, score (LLM judge, F1, BLEU-1, LoCoMo F1), print tables, log to MLflow."""
+"""The LoCoMo harness: build memory per conversation, answer categories 1-4 with every selected system
+(same answer signature for all), score (LLM judge, token F1, BLEU-1, LoCoMo F1, evidence recall@k),
+checkpoint every answer, and summarise per system and category."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import dspy
 from tqdm.auto import tqdm
 
-from ..config import NemoriSettings
-from ..embedders import Embedder
+from ..formatting import render_context
 from ..memory import Memory
 from ..store.base import MemoryStore
+from ..types import SearchResult
 from ..usage import LEDGER
+from .baselines import CHARS_PER_TOKEN, RagIndex, full_context
 from .judge import LLMJudge
 from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
-from .metrics import bleu1, category_table, f1_locomo, token_f1
+from .metrics import bleu1, category_table, evidence_recall_at_k, f1_locomo, token_f1
+from .systems import SYSTEMS, System
 
-__all__ = ["EvalOptions", "ingest_conversation", "answer_questions", "episode_coverage", "run_locomo",
-           "CONSTRUCTION_STAGES", "METRICS"]
+__all__ = ["EvalOptions", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
+           "run_locomo", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS"]
 
 log = logging.getLogger(__name__)
 
 CONSTRUCTION_STAGES = ["partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
                        "direct_distill"]
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
+RECALL_KS = (1, 2, 5, 10)
 
 
 @dataclass
 class EvalOptions:
-    """What to run: categories 1-4 by default, at most ``max_questions`` per conversation (None = all),
-    the no-memory control and the LLM judge on or off."""
+    """What to run. Categories 1-4 by default; ``max_questions`` caps questions per conversation;
+    ``resume`` skips answers already in ``results.jsonl``; ``concurrency`` builds that many
+    conversations' memories at once."""
 
+    systems: list[System] = field(default_factory=lambda: [SYSTEMS["nemori"], SYSTEMS["no-memory"]])
     categories: tuple[int, ...] = SCORED_CATEGORIES
     max_questions: int | None = None
-    control: bool = True
     judge: bool = True
     progress: bool = True
-    systems: list[str] = field(default_factory=lambda: ["nemori", "no-memory"])
+    resume: bool = False
+    concurrency: int = 1
 
 
+class MemoryProvider(Protocol):
+    """Gives each system the Memory its construction needs, and remembers which conversations are built."""
+
+    def memory(self, system: System) -> Memory: ...
+
+    def is_built(self, system: System, sample_id: str) -> bool: ...
+
+    def mark_built(self, system: System, sample_id: str) -> None: ...
+
+
+class SharedMemory:
+    """One Memory for every system (tests, or runs whose systems share a construction); nothing reused."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._memory, self._built = memory, set()
+
+    def memory(self, system: System) -> Memory:
+        return self._memory
+
+    def is_built(self, system: System, sample_id: str) -> bool:
+        return (system.construction_key(), sample_id) in self._built
+
+    def mark_built(self, system: System, sample_id: str) -> None:
+        self._built.add((system.construction_key(), sample_id))
+
+
+# ---------------------------------------------------------------------------------------------- building
 def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool = True) -> dict[str, Any]:
     """Add every turn (both speakers) as user ``conv.sample_id``, one window at a time, then one flush.
 
-    Returns ``{"seconds", "reports": [...], "parked": [...]}``.
+    Returns ``{"seconds", "parked": [...]}``.
     """
     w = memory.settings.window_size
     t0 = time.perf_counter()
@@ -65,8 +101,7 @@ def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool
             res = memory.add_messages(conv.sample_id, chunk)
             parked += res.report.parked if res.report else []
             bar.update(len(chunk))
-        report = memory.flush(conv.sample_id)
-        parked += report.parked
+        parked += memory.flush(conv.sample_id).parked
     finally:
         LEDGER.listeners.remove(show)
         bar.close()
@@ -76,87 +111,170 @@ def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool
 def episode_coverage(store: MemoryStore, user_id: str, message_ids: list[str]) -> dict[str, int]:
     """How many of ``message_ids`` sit in exactly one live episode, in none, or in several."""
     seen: dict[str, int] = {}
-    for ep in store.list_episodes(user_id):
+    episodes = store.list_episodes(user_id)
+    for ep in episodes:
         for mid in ep.message_ids:
             seen[mid] = seen.get(mid, 0) + 1
-    once = sum(1 for m in message_ids if seen.get(m) == 1)
-    return {"messages": len(message_ids), "in_one_episode": once,
+    return {"messages": len(message_ids), "in_one_episode": sum(1 for m in message_ids if seen.get(m) == 1),
             "in_no_episode": sum(1 for m in message_ids if m not in seen),
-            "in_several": sum(1 for m in message_ids if seen.get(m, 0) > 1),
-            "episodes": len(store.list_episodes(user_id))}
+            "in_several": sum(1 for m in message_ids if seen.get(m, 0) > 1), "episodes": len(episodes)}
+
+
+def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions) -> dict[str, Any]:
+    """Build Nemori memory for every distinct construction among the systems; reuse what is built."""
+    out: dict[str, Any] = {"seconds": 0.0, "parked": [], "coverage": {}, "reused": []}
+    builders = {s.construction_key(): s for s in opts.systems if s.builds == "nemori"}
+    for key, system in builders.items():
+        memory = provider.memory(system)
+
+        def one(conv: LoCoMoConversation) -> None:
+            if provider.is_built(system, conv.sample_id):
+                out["reused"].append(f"{system.name}:{conv.sample_id}")
+            else:
+                ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1)
+                out["seconds"] += ing["seconds"]
+                out["parked"] += ing["parked"]
+                if not ing["parked"]:
+                    provider.mark_built(system, conv.sample_id)
+            label = conv.sample_id if len(builders) == 1 else f"{system.name}:{conv.sample_id}"
+            out["coverage"][label] = episode_coverage(memory.store, conv.sample_id, [m.id for m in conv.messages])
+
+        if opts.concurrency <= 1:
+            for conv in conversations:
+                one(conv)
+        else:  # each task runs in a copy of this context, so dspy.context(lm=...) overrides carry over
+            with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
+                futures = [pool.submit(contextvars.copy_context().run, one, conv) for conv in conversations]
+                for f in futures:
+                    f.result()
+    return out
+
+
+# --------------------------------------------------------------------------------------------- answering
+def _memory_context(system: System, memory: Memory, conv: LoCoMoConversation, question: str):
+    s = memory.settings
+    t0 = time.perf_counter()
+    full = memory.pipeline.response.retrieve(conv.sample_id, question)
+    ms = (time.perf_counter() - t0) * 1000
+    result = SearchResult(episodes=full.episodes if system.include_episodes else [],
+                          semantic=full.semantic if system.include_semantic else [])
+    r = s.raw_episodes_top_r if system.include_raw else 0
+    ranked = [sc.episode.message_ids for sc in result.episodes]
+    return render_context(result, r, s.max_message_chars, s.max_prompt_chars), ranked if result.episodes else None, ms
+
+
+def _context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):
+    """(context, ranked message ids per retrieved item or None, search ms) for one system."""
+    budget = (memory.settings.n_ctx - 1024) * CHARS_PER_TOKEN * 3 // 4
+    if system.context == "memory":
+        return _memory_context(system, memory, conv, question)
+    if system.context == "full":
+        text, ids, truncated = full_context(conv.messages, budget)
+        if truncated:
+            LEDGER.count("full_context_truncated")
+        return text, [ids], 0.0
+    if system.context == "rag" and rag is not None:
+        t0 = time.perf_counter()
+        chunks = rag.search(conv.sample_id, question, budget)
+        return "\n\n".join(c.text for c in chunks), [c.ids for c in chunks], (time.perf_counter() - t0) * 1000
+    return "", None, 0.0
+
+
+def _recall(ranked: list[list[str]] | None, evidence: list[str]) -> dict[str, float | None]:
+    """Evidence recall@k, k in ``RECALL_KS``, as ``recall_at_<k>`` (None without evidence or retrieval)."""
+    if ranked is None:
+        return {f"recall_at_{k}": None for k in RECALL_KS}
+    return {f"recall_at_{k}": evidence_recall_at_k(ranked, evidence, k) for k in RECALL_KS}
 
 
 def _score(q: LoCoMoQuestion, answer: str, judge: LLMJudge | None) -> dict[str, float]:
-    ex = dspy.Example(question=q.question, answer=q.answer, category=q.category)
-    pred = dspy.Prediction(answer=answer)
     scores = {"f1": token_f1(answer, q.answer), "bleu1": bleu1(answer, q.answer),
               "f1_locomo": f1_locomo(answer, q.answer, q.category)}
     if judge is not None:
-        scores["judge"] = judge(ex, pred)
+        scores["judge"] = judge(dspy.Example(question=q.question, answer=q.answer), dspy.Prediction(answer=answer))
     return scores
 
 
-def answer_questions(memory: Memory, conv: LoCoMoConversation, opts: EvalOptions,
-                     judge: LLMJudge | None) -> list[dict[str, Any]]:
-    """Answer the selected questions with memory (and without, if ``opts.control``); one row per answer."""
-    qs = [q for q in conv.questions if q.category in opts.categories][: opts.max_questions]
-    modes = [("nemori", True)] + ([("no-memory", False)] if opts.control else [])
-    rows: list[dict[str, Any]] = []
-    for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):
-        for system, use_memory in modes:
-            t0 = time.perf_counter()
-            res = memory.answer(conv.sample_id, q.question, use_memory=use_memory)
-            total_ms = (time.perf_counter() - t0) * 1000
-            rows.append({"sample_id": q.sample_id, "index": q.index, "category": q.category,
-                         "category_name": CATEGORY_NAMES[q.category], "system": system, "question": q.question,
-                         "gold": q.answer, "answer": res.answer, "evidence": q.evidence,
-                         "context_chars": len(res.context), "answer_input_tokens": res.usage.input_tokens,
-                         "total_ms": round(total_ms, 1), **_score(q, res.answer, judge)})
-    return rows
+def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
+                rag: RagIndex | None, judge: LLMJudge | None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
+    with LEDGER.scope() as mine:
+        answer = str(memory.pipeline.response.answer(context=context, question=q.question).answer).strip()
+    usage = mine.total()
+    total_ms = (time.perf_counter() - t0) * 1000
+    return {"sample_id": q.sample_id, "index": q.index, "category": q.category,
+            "category_name": CATEGORY_NAMES[q.category], "system": system.name, "question": q.question,
+            "gold": q.answer, "answer": answer, "evidence": q.evidence, "context_chars": len(context),
+            "answer_input_tokens": usage.input_tokens, "answer_output_tokens": usage.output_tokens,
+            "search_ms": round(search_ms, 1), "total_ms": round(total_ms, 1),
+            **_recall(ranked, q.evidence), **_score(q, answer, judge)}
 
 
-def run_locomo(memory: Memory, conversations: list[LoCoMoConversation], opts: EvalOptions,
+class _Checkpoint:
+    """``results.jsonl`` written one row at a time (fsync'd), read back on ``--resume``."""
+
+    def __init__(self, path: Path, resume: bool) -> None:
+        self.path, self.lock = path, threading.Lock()
+        self.rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if resume and path.exists() else []
+        if not resume:
+            path.write_text("")
+        self.done = {(r["system"], r["sample_id"], r["index"]) for r in self.rows}
+
+    def add(self, row: dict[str, Any]) -> None:
+        with self.lock, self.path.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+            f.flush()
+            self.rows.append(row)
+
+
+def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
                judge: LLMJudge | None, out_dir: Path) -> dict[str, Any]:
-    """Ingest, answer, score; write ``results.jsonl``, ``tables.md`` and ``summary.json`` to ``out_dir``.
+    """Build, answer, score; write ``results.jsonl`` (checkpointed), ``tables.md`` and ``summary.json``.
 
-    Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work.
+    Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work, tables.
     """
+    provider = SharedMemory(memories) if isinstance(memories, Memory) else memories
     out_dir.mkdir(parents=True, exist_ok=True)
     LEDGER.reset()
-    rows: list[dict[str, Any]] = []
-    coverage: dict[str, dict[str, int]] = {}
-    parked: list[str] = []
-    ingest_s = 0.0
-    for conv in conversations:
-        ing = ingest_conversation(memory, conv, opts.progress)
-        ingest_s += ing["seconds"]
-        parked += ing["parked"]
-        coverage[conv.sample_id] = episode_coverage(memory.store, conv.sample_id, [m.id for m in conv.messages])
+    ckpt = _Checkpoint(out_dir / "results.jsonl", opts.resume)
+    built = _build(provider, conversations, opts)
     construction = LEDGER.snapshot()
+    base = provider.memory(next((s for s in opts.systems if s.builds == "nemori"), opts.systems[0]))
+    rag = None
+    if any(s.context == "rag" for s in opts.systems):
+        rag = RagIndex(base.embedder)
+        for conv in conversations:
+            rag.build(conv.sample_id, conv.messages)
+    skipped = len(ckpt.done)
     for conv in conversations:
-        rows += answer_questions(memory, conv, opts, judge)
-    metrics = METRICS if judge is not None else [m for m in METRICS if m != "judge"]
-    systems = ["nemori"] + (["no-memory"] if opts.control else [])
+        qs = [q for q in conv.questions if q.category in opts.categories][: opts.max_questions]
+        for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):
+            for system in opts.systems:
+                if (system.name, q.sample_id, q.index) not in ckpt.done:
+                    ckpt.add(_answer_row(system, provider.memory(system), conv, q, rag, judge))
+    return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir)
+
+
+def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | None, built: dict[str, Any],
+               construction: dict, skipped: int, out_dir: Path) -> dict[str, Any]:
+    metrics = (METRICS if judge is not None else [m for m in METRICS if m != "judge"]) + [f"recall_at_{k}" for k in RECALL_KS]
+    systems = [s.name for s in opts.systems]
+    table = category_table(rows, metrics, systems)
     summary = {
         "scores": _aggregate(rows, metrics, systems),
         "usage": {k: v.model_dump() for k, v in LEDGER.snapshot().items()},
         "construction_usage": {k: v.model_dump() for k, v in construction.items()},
-        "counters": dict(LEDGER.counters),
-        "coverage": coverage,
-        "parked": parked,
-        "ingest_seconds": round(ingest_s, 1),
+        "counters": dict(LEDGER.counters), "coverage": built["coverage"], "parked": built["parked"],
+        "reused_memory": built["reused"], "ingest_seconds": round(built["seconds"], 1),
+        "resumed_answers": skipped, "systems": systems,
         "questions": len({(r["sample_id"], r["index"]) for r in rows}),
         "judge": {"model": judge.model, "prompt_hash": judge.prompt_hash, "failures": judge.failures} if judge else None,
     }
-    table = category_table(rows, metrics, systems)
-    (out_dir / "results.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
     (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n"
                                        f"## LLM usage per stage\n\n```\n{LEDGER.table()}\n```\n")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    summary["table"] = table
-    summary["usage_table"] = LEDGER.table()
-    summary["rows"] = rows
-    return summary
+    return {**summary, "table": table, "usage_table": LEDGER.table(), "rows": rows}
 
 
 def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str]) -> dict[str, dict[str, float]]:
@@ -167,7 +285,8 @@ def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str
             sel = [r for r in mine if cat == "overall" or r["category"] == cat]
             name = cat if cat == "overall" else CATEGORY_NAMES[cat]
             for m in metrics:
-                if sel:
-                    out.setdefault(system, {})[f"{m}.{name}"] = sum(r[m] for r in sel) / len(sel)
+                vals = [r[m] for r in sel if r.get(m) is not None]
+                if vals:
+                    out.setdefault(system, {})[f"{m}.{name}"] = sum(vals) / len(vals)
             out.setdefault(system, {})[f"n.{name}"] = len(sel)
     return out

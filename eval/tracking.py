@@ -1,20 +1,28 @@
-"""MLflow logging of an eval run: resolved config, prompt hashes, per-stage cost, scores, artifacts.
+"""MLflow logging of an eval run: one parent run, one child run per system.
 
-Tracking URI: ``settings.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else a local
-``sqlite:///mlruns.db`` (needs full ``mlflow``, not ``mlflow-skinny``).
+Parent: resolved config (no secrets), dataset checksum, server flags, the prompt of every signature
+registered in MLflow's prompt registry (a changed instruction makes a new version; the version is a
+param), judge model + prompt hash, per-stage cost, counters, artifacts (per-question JSONL, tables,
+summary, charts, program state, full prompt texts). Child ``<system>``: that system's scores.
+Tracking URI: ``settings.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db``
+(the sqlite backend needs full ``mlflow``, not ``mlflow-skinny``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from ..config import NemoriSettings
 from ..signatures import SIGNATURES, signature_hash, signature_text
 
-__all__ = ["tracking_uri", "log_eval_run", "flatten"]
+__all__ = ["tracking_uri", "log_eval_run", "flatten", "register_prompts"]
+
+log = logging.getLogger(__name__)
 
 
 def tracking_uri(settings: NemoriSettings) -> str:
@@ -34,25 +42,62 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def register_prompts(prefix: str = "nemori-dspy") -> dict[str, int]:
+    """Register each signature's full text as ``<prefix>-<stage>`` unless the latest version is identical.
+
+    Returns ``{stage: version}``. Needs an MLflow backend with a prompt registry (sqlite/postgres/server).
+    """
+    import mlflow
+
+    versions: dict[str, int] = {}
+    for stage, sig in SIGNATURES.items():
+        name, text = f"{prefix}-{stage.replace('_', '-')}", signature_text(sig)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cur = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
+            if cur is None or cur.template != text:
+                cur = mlflow.genai.register_prompt(name=name, template=text,
+                                                   commit_message=f"signature hash {signature_hash(sig)}",
+                                                   tags={"signature": sig.__name__, "hash": signature_hash(sig)})
+        versions[stage] = int(cur.version)
+    return versions
+
+
+def _charts(summary: dict[str, Any], out_dir: Path) -> None:
+    from .charts import category_bar_chart, cost_by_stage_chart
+
+    metric = "judge" if summary.get("judge") else "f1"
+    try:
+        category_bar_chart(summary["rows"], metric, summary["systems"], out_dir / f"scores_by_category_{metric}.png")
+        cost_by_stage_chart(summary["construction_usage"] or summary["usage"], out_dir / "cost_by_stage.png")
+    except Exception as exc:  # a chart must never cost the run its record
+        log.warning("chart failed: %s", exc)
+
+
 def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Path, extra_params: dict[str, Any],
                  run_name: str | None = None) -> str:
-    """Log one LoCoMo run to MLflow; returns the run id.
+    """Log one eval (parent run + a child per system); returns the parent run id.
 
-    Params: resolved config (no secrets), ``extra_params`` (dataset, model label, server flags...),
-    ``prompt.<stage>`` hashes, judge model + prompt hash. Metrics: ``<system>.<metric>.<category>``,
-    ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}``, counters.
-    Artifacts: everything in ``out_dir`` plus ``prompts.json`` (full signature texts).
+    Metric names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
+    ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}``, ``counter.<name>``.
     """
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(settings))
     mlflow.set_experiment(settings.mlflow_experiment)
+    if "rows" in summary:
+        _charts(summary, out_dir)
     with mlflow.start_run(run_name=run_name) as run:
         params = flatten(settings.public_dict(), "config.")
         params.update(flatten(extra_params))
         params.update({f"prompt.{k}": signature_hash(v) for k, v in SIGNATURES.items()})
+        try:
+            params.update({f"prompt_version.{k}": str(v) for k, v in register_prompts().items()})
+        except Exception as exc:  # e.g. a file-store backend without a prompt registry
+            log.warning("prompt registry unavailable (%s); prompts are still logged as prompts.json", exc)
         if summary.get("judge"):
             params.update(flatten(summary["judge"], "judge."))
+        params["systems"] = ",".join(summary.get("systems", summary["scores"].keys()))
         mlflow.log_params(params)
         metrics: dict[str, float] = {}
         for system, scores in summary["scores"].items():
@@ -64,4 +109,8 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
         mlflow.log_metrics(metrics)
         mlflow.log_dict({k: json.loads(signature_text(v)) for k, v in SIGNATURES.items()}, "prompts.json")
         mlflow.log_artifacts(str(out_dir))
+        for system, scores in summary["scores"].items():
+            with mlflow.start_run(run_name=system, nested=True):
+                mlflow.log_param("system", system)
+                mlflow.log_metrics({f"{system}.{k}": float(v) for k, v in scores.items()})
         return run.info.run_id

@@ -35,15 +35,27 @@ def build_parser() -> argparse.ArgumentParser:
                                    "else download the upstream file into ~/.cache/nemori-dspy)")
     lo.add_argument("--conversations", help="comma-separated sample ids, e.g. conv-26,conv-30 (default: all)")
     lo.add_argument("--max-questions", type=int, help="cap on questions per conversation (categories 1-4)")
-    lo.add_argument("--no-control", action="store_true", help="skip the no-memory control")
+    lo.add_argument("--system", default="nemori,no-memory",
+                    help="comma-separated systems: nemori, nemori-s, nemori-no-episodic, nemori-no-semantic, "
+                         "nemori-no-raw, nemori-no-consolidation, full-context, rag-4096, no-memory "
+                         "(default nemori,no-memory: the method and its no-memory control)")
+    lo.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
+                                                          "runs/locomo-*) without redoing answered questions")
+    lo.add_argument("--concurrency", type=int, default=1, help="conversations whose memory is built at once")
+    lo.add_argument("--program", help="load a saved pipeline state (e.g. optimized prompts/demos) before running")
     lo.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
     lo.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     lo.add_argument("--out", help="run folder (default runs/locomo-<time>)")
-    lo.add_argument("--db", help="SQLite store file (default <out>/memory.sqlite3)")
+    lo.add_argument("--db", help="SQLite store file to build into (default: a store under ~/.cache/nemori-dspy/"
+                                 "memory/ keyed by everything that shapes memory, reused by later runs)")
     lo.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
     lo.add_argument("-v", "--verbose", action="store_true")
     for name in _SETTING_FLAGS:
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
+    rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
+    rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
+    rp.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
+    rp.add_argument("--experiment", default="nemori-dspy")
     return p
 
 
@@ -82,51 +94,115 @@ def _settings(args: argparse.Namespace) -> Any:
     return NemoriSettings(**overrides)
 
 
+def _run_dir(args: argparse.Namespace) -> Path:
+    if args.out:
+        return Path(args.out)
+    if args.resume:
+        runs = sorted(Path("runs").glob("locomo-*"))
+        if runs:
+            return runs[-1]
+    return Path(f"runs/locomo-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def _eval_locomo(args: argparse.Namespace) -> int:
     from .embedders import resolve_embedder
+    from .eval.cache import CachedMemories, construction_key
     from .eval.judge import LLMJudge
     from .eval.locomo import dataset_sha256, load_locomo
     from .eval.runner import EvalOptions, run_locomo
+    from .eval.systems import parse_systems
     from .memory import Memory
+    from .modules.pipeline import NemoriPipeline, stage_factory
+    from .modules.resources import Resources
     from .runtime import build_runtime
     from .store.sqlite import SQLiteStore
 
     settings = _settings(args)
+    systems = parse_systems(args.system)
     data = resolve_dataset(args.data)
     ids = [s.strip() for s in args.conversations.split(",")] if args.conversations else None
     conversations = load_locomo(data, ids)
-    out = Path(args.out or f"runs/locomo-{time.strftime('%Y%m%d-%H%M%S')}")
+    data_sha = dataset_sha256(data)
+    out = _run_dir(args)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"dataset {data} ({len(conversations)} conversation(s)); run folder {out}", flush=True)
+    print(f"dataset {data} ({len(conversations)} conversation(s)); systems {', '.join(s.name for s in systems)}; "
+          f"run folder {out}", flush=True)
     t0 = time.perf_counter()
     with build_runtime(settings) as rt:
         print(f"model {rt.model_label} ready in {time.perf_counter() - t0:.1f}s", flush=True)
         embedder = resolve_embedder(settings)
-        store = SQLiteStore(Path(args.db) if args.db else out / "memory.sqlite3")
-        memory = Memory(store, embedder, settings, stage_lms=rt.stage_lms)
+        program = _program_state(args.program)
+
+        def make_memory(s: Any, path: Path) -> Memory:
+            store = SQLiteStore(path)
+            pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
+            if args.program:
+                pipeline.load(args.program)
+            return Memory(store, embedder, s, pipeline=pipeline)
+
+        def key_of(s: Any) -> str:
+            return construction_key(s, rt.model_label, embedder.name, data_sha, program)
+
+        if args.db:
+            from .eval.runner import SharedMemory
+
+            provider: Any = SharedMemory(make_memory(settings, Path(args.db)))
+        else:
+            provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
         judge = None if args.no_judge else LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
                                                     parse_retries=settings.parse_retries)
-        opts = EvalOptions(max_questions=args.max_questions, control=not args.no_control)
-        summary = run_locomo(memory, conversations, opts, judge, out)
-        server_flags = rt.server.flags if rt.server else {}
-    _print_summary(summary, time.perf_counter() - t0)
+        opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
+                           concurrency=args.concurrency)
+        summary = run_locomo(provider, conversations, opts, judge, out)
+        provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
+        server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
+    _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
     if not args.no_mlflow:
         from .eval.tracking import log_eval_run, tracking_uri
 
         run_id = log_eval_run(settings, summary, out, {
-            "dataset.path": str(data), "dataset.sha256": dataset_sha256(data),
+            "dataset.path": str(data), "dataset.sha256": data_sha,
             "dataset.conversations": ",".join(c.sample_id for c in conversations),
             "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder.name,
-            "server": server_flags}, run_name=out.name)
+            "program": args.program, "server": server_flags}, run_name=out.name)
         print(f"MLflow run {run_id} at {tracking_uri(settings)} (view: mlflow ui --backend-store-uri "
-              f"{tracking_uri(settings)})")
+              f"{tracking_uri(settings)}; or: nemori-dspy report --run-id {run_id})")
     return 0
 
 
-def _print_summary(summary: dict[str, Any], seconds: float) -> None:
-    print("\nLLM calls, tokens and seconds per stage (construction + answering + judge):")
+def _program_state(path: str | None) -> dict[str, Any] | None:
+    if not path:
+        return None
+    import json
+
+    from .errors import ConfigError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--program {path}: cannot read a saved pipeline state ({exc}). Fix: pass a file "
+                          "written by NemoriPipeline.save(path).") from exc
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .eval.report import report
+
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns.db"
+    print(report(uri, args.run_id, args.experiment))
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) -> None:
+    from .eval.metrics import answer_time_table, cost_table
+    from .eval.runner import CONSTRUCTION_STAGES
+
+    print("\nConstruction cost per stage (LLM calls and tokens; Table 9 layout):")
+    print(cost_table(summary["construction_usage"], CONSTRUCTION_STAGES, local=local))
+    print("\nAll LLM usage per stage (construction + answering + judge), with cache hits and seconds:")
     print(summary["usage_table"])
-    print("\nScores ×100 per category (n = questions):")
+    print("\nAnswer time per system (Table 4 layout):")
+    print(answer_time_table(summary["rows"], summary["systems"]))
+    print("\nScores ×100 per category with 95% CI (n = questions):")
     print(summary["table"])
     for sid, cov in summary["coverage"].items():
         print(f"{sid}: {cov['messages']} turns, {cov['in_one_episode']} in exactly one episode, "
@@ -136,9 +212,13 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
           f"insights {c.get('insights', 0)}, duplicates of an existing entry {c.get('insight_duplicates', 0)}; "
           f"partition repairs {c.get('partition_repairs', 0)}; retries {c.get('retries', 0)}; "
           f"episode merges {c.get('episode_merges', 0)}")
+    if summary["reused_memory"]:
+        print(f"reused memory built by an earlier run: {', '.join(summary['reused_memory'])}")
+    if summary["resumed_answers"]:
+        print(f"resumed: {summary['resumed_answers']} answers were already in results.jsonl")
     if summary["parked"]:
         print(f"PARKED work ({len(summary['parked'])}): " + "; ".join(summary["parked"][:5]))
-    print(f"total {seconds / 60:.1f} min (ingest {summary['ingest_seconds'] / 60:.1f} min)")
+    print(f"total {seconds / 60:.1f} min (memory construction {summary['ingest_seconds'] / 60:.1f} min)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "eval" and args.benchmark == "locomo":
             return _eval_locomo(args)
+        if args.command == "report":
+            return _report(args)
     except NemoriError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -87,6 +87,7 @@ class NemoriSettings(BaseSettings):
     embedder_path: Path | None = Field(default=None, description="folder of the local MiniLM model (config.json, tokenizer.json, onnx/ or model.safetensors)")
 
     # --- store
+    cache_dir: Path = Field(default=DEFAULT_CACHE_DIR, description="eval memory stores reused across runs, downloads")
     store: Literal["sqlite", "weaviate"] = Field(default="sqlite")
     db_path: Path = Field(default=DEFAULT_CACHE_DIR / "memory.sqlite3", description="SQLite file of the embedded store")
     weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080")

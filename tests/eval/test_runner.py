@@ -14,6 +14,7 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.judge import LLMJudge
 from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.eval.runner import EvalOptions, run_locomo
+from nemori_dspy.eval.systems import SYSTEMS
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from tests.fakes import ScriptedLM, default_responders
@@ -51,7 +52,7 @@ def test_image_turns_reach_memory_with_their_caption(tmp_path, mini):
     lm = ScriptedLM(default_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
-        run_locomo(mem, mini, EvalOptions(progress=False, max_questions=1, control=False), None, tmp_path / "r")
+        run_locomo(mem, mini, EvalOptions(progress=False, max_questions=1, systems=[SYSTEMS["nemori"]]), None, tmp_path / "r")
     narrated = "\n".join(inp["messages"] for name, inp in lm.prompts if name == "NarrateEpisode")
     assert "[shares an image:" in narrated and "2023-05-08" in narrated
 

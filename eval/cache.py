@@ -1,0 +1,92 @@
+"""Memory reuse across eval runs: one store per construction key, plus a record of finished conversations.
+
+The key covers everything that shapes the memory — model and server flags, construction knobs, the
+construction prompts and program state, the embedder and the dataset checksum — so a changed setting
+never reuses stale memory, while runs that change only the answer side (answer model, k, r, systems
+that read the same memory) reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import DEFAULT_CACHE_DIR, NemoriSettings
+from ..memory import Memory
+from ..signatures import SIGNATURES, signature_hash
+from .systems import System
+
+__all__ = ["CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
+
+#: settings that change what memory construction produces (answer-side knobs are left out on purpose).
+CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size", "n_ctx",
+                       "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
+                       "consolidation_top_k", "distillation", "consolidation", "max_message_chars",
+                       "max_prompt_chars", "parse_retries")
+_CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
+                        "direct_distill")
+
+
+def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,
+                     program_state: dict[str, Any] | None = None) -> str:
+    """sha256[:16] over the construction settings, per-stage construction LMs and caps, prompt hashes,
+    the construction predictors' saved state, model label, embedder and dataset checksum."""
+    d = settings.model_dump(mode="json")
+    payload = {
+        "settings": {k: d[k] for k in CONSTRUCTION_FIELDS},
+        "stages": {s: [d["stage_lms"].get(s), settings.stage_max_tokens(s), d["predictor_classes"].get(s)]
+                   for s in _CONSTRUCTION_STAGES},
+        "prompts": {s: signature_hash(SIGNATURES[s]) for s in _CONSTRUCTION_STAGES},
+        "program": {k: v for k, v in (program_state or {}).items() if not k.startswith("response.")},
+        "model_label": model_label, "embedder": embedder_name, "dataset": dataset_sha256,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class CachedMemories:
+    """``MemoryProvider`` keeping each construction's store under ``cache_dir/memory/<key>.sqlite3``.
+
+    Args:
+        settings: the run's settings; a system's ``construction`` overrides are applied on top.
+        make_memory: builds a ``Memory`` for (settings, store path).
+        key_of: settings → construction key (see ``construction_key``).
+        cache_dir: default ``~/.cache/nemori-dspy``.
+    """
+
+    def __init__(self, settings: NemoriSettings, make_memory: Callable[[NemoriSettings, Path], Memory],
+                 key_of: Callable[[NemoriSettings], str], cache_dir: Path = DEFAULT_CACHE_DIR) -> None:
+        self.settings, self.make_memory, self.key_of = settings, make_memory, key_of
+        self.dir = cache_dir / "memory"
+        self._memories: dict[str, Memory] = {}
+        self._lock = threading.Lock()
+
+    def _settings(self, system: System) -> NemoriSettings:
+        return self.settings.model_copy(update=system.construction)
+
+    def path(self, system: System) -> Path:
+        """Store file for the system's construction."""
+        return self.dir / f"{self.key_of(self._settings(system))}.sqlite3"
+
+    def memory(self, system: System) -> Memory:
+        with self._lock:
+            path = self.path(system)
+            if str(path) not in self._memories:
+                self._memories[str(path)] = self.make_memory(self._settings(system), path)
+            return self._memories[str(path)]
+
+    def _done_file(self, system: System) -> Path:
+        return self.path(system).with_suffix(".done.json")
+
+    def is_built(self, system: System, sample_id: str) -> bool:
+        f = self._done_file(system)
+        return f.exists() and sample_id in json.loads(f.read_text())
+
+    def mark_built(self, system: System, sample_id: str) -> None:
+        with self._lock:
+            f = self._done_file(system)
+            done = json.loads(f.read_text()) if f.exists() else []
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(sorted({*done, sample_id})))

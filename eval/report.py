@@ -1,0 +1,139 @@
+"""Print a finished MLflow eval run as text: systems side by side per metric and category, plus cost.
+
+Reads the metrics that ``eval/tracking.py`` logs (``log_eval_run``):
+
+* ``<system>.<metric>.<category>``: mean score in [0, 1], e.g. ``nemori.judge.overall``,
+  ``no-memory.f1.temporal`` (category names from ``eval.locomo.CATEGORY_NAMES`` + ``overall``);
+* ``<system>.n.<category>`` or ``n.<category>``: number of questions in the cell;
+* ``cost.<stage>.<field>``: per-stage LLM usage (``types.Usage`` fields).
+
+Child runs (tag ``mlflow.parentRunId``) add their systems as further columns; a child's
+un-prefixed ``<metric>.<category>`` metrics are shown under the child's run name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+from .metrics import cost_table, format_table
+
+__all__ = ["report", "parse_metrics"]
+
+CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), "overall"]
+_NON_SYSTEM = {"cost", "counter", "n"}
+_PARENT_TAG = "mlflow.parentRunId"
+
+Scores = dict[str, dict[tuple[str, str], float]]
+"""``{system: {(metric, category): value}}``; metric ``"n"`` holds question counts."""
+
+
+def parse_metrics(metrics: dict[str, float], default_system: str) -> tuple[Scores, dict[str, dict[str, float]]]:
+    """Split one run's MLflow metrics into scores and per-stage cost.
+
+    Returns ``(scores, cost)``: ``scores`` = ``{system: {(metric, category): value}}``
+    (``n.<category>`` and un-prefixed ``<metric>.<category>`` go to ``default_system``),
+    ``cost`` = ``{stage: {field: value}}`` from ``cost.<stage>.<field>``. Other metrics
+    (``counter.*``, ``ingest_seconds``, categories not in :data:`CATEGORIES`) are ignored.
+    """
+    scores: Scores = {}
+    cost: dict[str, dict[str, float]] = {}
+    for name, value in metrics.items():
+        parts = name.split(".")
+        if parts[0] == "cost" and len(parts) == 3:
+            cost.setdefault(parts[1], {})[parts[2]] = value
+        elif len(parts) == 3 and parts[2] in CATEGORIES and parts[0] not in _NON_SYSTEM:
+            scores.setdefault(parts[0], {})[(parts[1], parts[2])] = value
+        elif len(parts) == 2 and parts[1] in CATEGORIES and parts[0] not in _NON_SYSTEM - {"n"}:
+            scores.setdefault(default_system, {})[(parts[0], parts[1])] = value
+    return scores, cost
+
+
+def _client(tracking_uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def _latest_run(client: Any, experiment: str) -> Any:
+    """The most recently started finished top-level run of ``experiment``."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise ValueError(f"no MLflow experiment named {experiment!r}")
+    runs = client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                              order_by=["attributes.start_time DESC"], max_results=200)
+    top = [r for r in runs if _PARENT_TAG not in r.data.tags]
+    if not top:
+        raise ValueError(f"no finished top-level run in MLflow experiment {experiment!r}")
+    return top[0]
+
+
+def _children(client: Any, run: Any) -> list[Any]:
+    runs = client.search_runs([run.info.experiment_id], filter_string=f"tags.`{_PARENT_TAG}` = '{run.info.run_id}'",
+                              order_by=["attributes.start_time ASC"], max_results=200)
+    return list(runs)
+
+
+def _merge(into: Scores, scores: Scores, run_name: str) -> None:
+    """Add a child's systems; a name already present becomes ``<run name>/<system>``."""
+    for system, cells in scores.items():
+        label = system if system not in into else f"{run_name}/{system}"
+        into[label] = cells
+
+
+def _run_scores(run: Any) -> tuple[Scores, dict[str, dict[str, float]]]:
+    """:func:`parse_metrics` of one run; run-wide ``n.<category>`` counts are copied into each
+    of its systems (unless a system logs its own) instead of forming a column of their own."""
+    name = run.info.run_name or run.info.run_id
+    scores, cost = parse_metrics(run.data.metrics, name)
+    own = scores.get(name, {})
+    if own and all(metric == "n" for metric, _ in own):
+        del scores[name]
+        for cells in scores.values():
+            for key, value in own.items():
+                cells.setdefault(key, value)
+    return scores, cost
+
+
+def _score_table(scores: Scores) -> str:
+    """Rows (metric, category), one column per system; cells ``mean×100 (n=count)``."""
+    systems = list(scores)
+    metrics = list(dict.fromkeys(m for cells in scores.values() for (m, _) in cells if m != "n"))
+    body = []
+    for metric in metrics:
+        for cat in CATEGORIES:
+            cells = [_cell(scores[s].get((metric, cat)), scores[s].get(("n", cat))) for s in systems]
+            if any(c != "-" for c in cells):
+                body.append([metric, cat, *cells])
+    return format_table(["metric", "category", *systems], body, key_cols=2)
+
+
+def _cell(value: float | None, n: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}" + (f" (n={int(n)})" if n is not None else "")
+
+
+def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemori-dspy") -> str:
+    """Text report of one finished eval run logged by ``eval.tracking.log_eval_run``.
+
+    Args:
+        tracking_uri: MLflow tracking URI, e.g. ``"sqlite:///mlruns.db"``.
+        run_id: the run to show; ``None`` → the latest finished top-level run of ``experiment``.
+        experiment: MLflow experiment name (used only when ``run_id`` is ``None``).
+
+    Returns:
+        A header line (run name, id, status), a score table (rows = metric × category,
+        columns = the run's systems then each child run's systems; cells = mean × 100 with
+        ``(n=...)``) and, when ``cost.*`` metrics exist, :func:`eval.metrics.cost_table`.
+    """
+    client = _client(tracking_uri)
+    run = client.get_run(run_id) if run_id else _latest_run(client, experiment)
+    scores, cost = _run_scores(run)
+    for child in _children(client, run):
+        _merge(scores, _run_scores(child)[0], child.info.run_name or child.info.run_id)
+    parts = [f"run {run.info.run_name or run.info.run_id} ({run.info.run_id}, {run.info.status})", "",
+             "## Scores (×100)", _score_table(scores) if scores else "(no score metrics)"]
+    if cost:
+        parts += ["", "## LLM usage per stage", cost_table(cost)]
+    return "\n".join(parts)

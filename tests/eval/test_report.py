@@ -1,0 +1,77 @@
+"""``eval.report``: a fake eval run (+ one child run) logged to a temporary sqlite MLflow store."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nemori_dspy.eval.report import parse_metrics, report
+
+
+def test_parse_metrics_shapes():
+    scores, cost = parse_metrics({"nemori.judge.overall": 0.5, "nemori.n.overall": 10, "n.temporal": 4,
+                                  "f1.temporal": 0.25, "cost.narrate.calls": 3, "counter.repairs": 1,
+                                  "ingest_seconds": 9.0, "nemori.judge.bogus": 1.0}, "run")
+    assert scores == {"nemori": {("judge", "overall"): 0.5, ("n", "overall"): 10},
+                      "run": {("n", "temporal"): 4, ("f1", "temporal"): 0.25}}
+    assert cost == {"narrate": {"calls": 3}}
+
+
+def _log(client, exp_id, name, metrics, parent=None):
+    from mlflow.entities import Metric
+
+    tags = {"mlflow.parentRunId": parent} if parent else {}
+    now = int(time.time() * 1000) + 1000 * len(client.search_runs([exp_id]))  # strictly later start times
+    run = client.create_run(exp_id, run_name=name, tags=tags, start_time=now)
+    client.log_batch(run.info.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+@pytest.fixture
+def tracked(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("nemori-dspy", artifact_location=str(tmp_path / "artifacts"))
+    old = _log(client, exp_id, "older", {"nemori.judge.overall": 0.1})
+    parent = _log(client, exp_id, "locomo-full", {
+        "nemori.judge.overall": 0.75, "nemori.judge.temporal": 0.5, "nemori.f1.overall": 0.4321,
+        "nemori.n.overall": 20, "nemori.n.temporal": 4,
+        "no-memory.judge.overall": 0.05, "no-memory.f1.temporal": 0.125, "no-memory.n.overall": 20,
+        "cost.narrate.calls": 6, "cost.narrate.input_tokens": 300, "cost.narrate.output_tokens": 100,
+        "cost.narrate.seconds": 2.5, "cost.narrate.cost_usd": 0.0,
+        "cost.answer.calls": 2, "cost.answer.input_tokens": 100, "cost.answer.output_tokens": 0,
+        "counter.repairs": 1, "ingest_seconds": 12.0, "n.single-hop": 7, "nemori.judge.single-hop": 1.0})
+    _log(client, exp_id, "rag-child", {"judge.overall": 0.6, "n.overall": 20, "nemori.judge.overall": 0.7},
+         parent=parent)
+    return uri, parent, old
+
+
+def test_report_latest_run_with_child(tracked):
+    uri, parent, old = tracked
+    text = report(uri)
+    assert parent in text and "locomo-full" in text
+    lines = text.splitlines()
+    header = next(l for l in lines if l.startswith("metric"))
+    # parent systems, then the child's un-prefixed system (its run name) and its clashing "nemori"
+    assert header.split() == ["metric", "category", "nemori", "no-memory", "rag-child", "rag-child/nemori"]
+    overall = next(l for l in lines if l.startswith("judge") and "overall" in l)
+    assert overall.split() == ["judge", "overall", "75.0", "(n=20)", "5.0", "(n=20)", "60.0", "(n=20)", "70.0"]
+    temporal = next(l for l in lines if l.startswith("judge") and "temporal" in l)
+    assert temporal.split() == ["judge", "temporal", "50.0", "(n=4)", "-", "-", "-"]
+    assert any(l.startswith("f1") and "overall" in l and "43.2 (n=20)" in l for l in lines)
+    assert any(l.startswith("f1") and "temporal" in l and "12.5" in l for l in lines)
+    # run-wide n.<category> fills in systems without their own count
+    assert next(l for l in lines if "single-hop" in l).split() == ["judge", "single-hop", "100.0", "(n=7)", "-", "-", "-"]
+    assert not any("multi-hop" in l for l in lines)  # no values → row omitted
+    # cost table: narrate 400 of 500 tokens = 80 %, answer 20 %
+    narrate = next(l for l in lines if l.startswith("narrate"))
+    assert narrate.split() == ["narrate", "6", "300", "100", "400", "80.0", "2.5", "0.0000"]
+    assert next(l for l in lines if l.startswith("total")).split()[:6] == ["total", "8", "400", "100", "500", "100.0"]
+    # an explicit run id picks that run
+    assert "10.0" in report(uri, run_id=old) and "older" in report(uri, run_id=old)
+    with pytest.raises(ValueError):
+        report(uri, experiment="missing")

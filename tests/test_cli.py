@@ -1,0 +1,84 @@
+"""``nemori-dspy eval locomo`` end to end through ``main()`` with a scripted LM: systems side by side,
+memory reuse, resume after an interruption, MLflow parent/child runs, report."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+import nemori_dspy.runtime as runtime
+from nemori_dspy.cli import main
+from nemori_dspy.config import NemoriSettings
+from tests.eval.test_runner import MINI
+from tests.fakes import ScriptedLM, default_responders
+
+
+@pytest.fixture
+def scripted_runtime(monkeypatch, tmp_path):
+    if not MINI.exists():
+        pytest.skip(f"{MINI} not found")
+    lm = ScriptedLM(default_responders())
+
+    def fake_build(settings: NemoriSettings, configure: bool = True):
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
+
+    monkeypatch.setattr(runtime, "build_runtime", fake_build)
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
+    return lm
+
+
+def _run(tmp_path, *extra):
+    return main(["eval", "locomo", "--data", str(MINI), "--max-questions", "3", "--embedder", "hashing-64",
+                 "--out", str(tmp_path / "run"), "--mlflow-tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *extra])
+
+
+def test_systems_side_by_side_then_resume_and_reuse(tmp_path, scripted_runtime, capsys):
+    systems = "nemori,full-context,rag-4096,no-memory"
+    assert _run(tmp_path, "--system", systems) == 0
+    out = capsys.readouterr().out
+    for name in systems.split(","):
+        assert name in out
+    assert "in exactly one episode" in out and "share" in out and "MLflow run" in out
+    rows = [json.loads(x) for x in (tmp_path / "run/results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * 3
+    assert all(r["recall_at_10"] == 1.0 for r in rows if r["system"] == "full-context")
+    assert all(r["recall_at_1"] is None for r in rows if r["system"] == "no-memory")
+
+    # interrupted run: drop the last 5 answers, resume → only those are redone, memory is reused
+    (tmp_path / "run/results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-5]))
+    calls_before = scripted_runtime.calls.get("AnswerQuestion", 0)
+    narrate_before = scripted_runtime.calls.get("NarrateEpisode", 0)
+    assert _run(tmp_path, "--system", systems, "--resume", "--no-mlflow") == 0
+    out = capsys.readouterr().out
+    assert "resumed: 7 answers" in out and "reused memory" in out
+    assert scripted_runtime.calls["AnswerQuestion"] - calls_before == 5
+    assert scripted_runtime.calls["NarrateEpisode"] == narrate_before
+    assert len((tmp_path / "run/results.jsonl").read_text().splitlines()) == 12
+
+
+def test_changed_construction_setting_does_not_reuse_memory(tmp_path, scripted_runtime, capsys):
+    assert _run(tmp_path, "--system", "nemori", "--no-mlflow", "--no-judge") == 0
+    capsys.readouterr()
+    assert _run(tmp_path, "--system", "nemori", "--no-mlflow", "--no-judge", "--window-size", "10",
+                "--out", str(tmp_path / "run2")) == 0
+    assert "reused memory" not in capsys.readouterr().out
+
+
+def test_mlflow_parent_and_child_runs_with_charts_and_prompts(tmp_path, scripted_runtime, capsys):
+    import mlflow
+
+    assert _run(tmp_path, "--system", "nemori,no-memory") == 0
+    run_id = capsys.readouterr().out.split("MLflow run ")[1].split()[0]
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    parent = mlflow.get_run(run_id)
+    assert parent.data.params["prompt_version.narrate"] == "1"
+    children = mlflow.search_runs(filter_string=f"tags.mlflow.parentRunId = '{run_id}'", output_format="list")
+    assert {c.info.run_name for c in children} == {"nemori", "no-memory"}
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id)}
+    assert {"results.jsonl", "cost_by_stage.png", "prompts.json", "program.json"} <= artifacts
+    assert any(a.startswith("scores_by_category") for a in artifacts)
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    assert "no-memory" in capsys.readouterr().out
