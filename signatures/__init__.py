@@ -11,6 +11,13 @@ import json
 import dspy
 
 from .episodic import IntegrateEpisodes, NarrateEpisode, PartitionMessages, SelectContinuation
+from .longmemeval import (
+    JudgeLongMemEvalAbstention,
+    JudgeLongMemEvalDefault,
+    JudgeLongMemEvalKnowledgeUpdate,
+    JudgeLongMemEvalPreference,
+    JudgeLongMemEvalTemporal,
+)
 from .response import AnswerQuestion, JudgeAnswer
 from .semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
 
@@ -25,12 +32,18 @@ __all__ = [
     "DistillDirect",
     "AnswerQuestion",
     "JudgeAnswer",
+    "JudgeLongMemEvalDefault",
+    "JudgeLongMemEvalTemporal",
+    "JudgeLongMemEvalKnowledgeUpdate",
+    "JudgeLongMemEvalPreference",
+    "JudgeLongMemEvalAbstention",
     "SIGNATURES",
     "signature_hash",
     "signature_text",
 ]
 
-#: stage name → signature class (stage names as in ``nemori_dspy.config.STAGES``).
+#: stage name → signature class (pipeline stages as in ``nemori_dspy.config.STAGES``; the judge_lme_* are
+#: the LongMemEval_S per-type judges, Appendix D.4.2).
 SIGNATURES: dict[str, type[dspy.Signature]] = {
     "partition": PartitionMessages,
     "narrate": NarrateEpisode,
@@ -42,6 +55,11 @@ SIGNATURES: dict[str, type[dspy.Signature]] = {
     "direct_distill": DistillDirect,
     "answer": AnswerQuestion,
     "judge": JudgeAnswer,
+    "judge_lme_default": JudgeLongMemEvalDefault,
+    "judge_lme_temporal": JudgeLongMemEvalTemporal,
+    "judge_lme_knowledge_update": JudgeLongMemEvalKnowledgeUpdate,
+    "judge_lme_preference": JudgeLongMemEvalPreference,
+    "judge_lme_abstention": JudgeLongMemEvalAbstention,
 }
 
 

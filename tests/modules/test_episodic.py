@@ -113,3 +113,22 @@ def test_association_only_sees_earlier_windows(tmp_path):
         mem.add_messages("u", _messages(10))
     assert len(mem.list_episodes("u")) == 2
     assert lm.calls.get("SelectContinuation", 0) == 0
+
+
+def test_narration_failing_permanently_stores_no_episode_and_keeps_messages_pending(tmp_path):
+    responders = default_responders()
+
+    def down(_inputs):
+        raise ConnectionError("model server down")
+
+    responders["NarrateEpisode"] = down
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        store = SQLiteStore(tmp_path / "m.db")
+        mem = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=10))
+        res = mem.add_messages("u", _messages(10))
+        assert res.report.parked and "stay buffered" in res.report.parked[0]
+        assert store.stats("u")["episodes"] == 0 and mem.status("u")["pending"] == 10
+    # the model comes back: the same messages are processed, none lost
+    with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
+        assert not mem.flush("u").parked
+    assert sorted(m for ep in mem.list_episodes("u") for m in ep.message_ids) == sorted(f"D1:{i}" for i in range(1, 11))

@@ -1,0 +1,39 @@
+"""Every prompt is a typed signature: docstring instruction, typed fields with descriptions, stable hash."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from nemori_dspy.signatures import SIGNATURES, NarrateEpisode, signature_hash
+
+MESSAGE_FIELDS = {"messages", "episode_messages"}
+
+
+@pytest.mark.parametrize("stage", sorted(SIGNATURES))
+def test_signature_is_typed_and_documented(stage):
+    sig = SIGNATURES[stage]
+    assert len(sig.instructions) > 80
+    for name, field in sig.model_fields.items():
+        extra = field.json_schema_extra or {}
+        assert extra.get("desc"), f"{stage}.{name} has no desc"
+        assert field.annotation is not None
+
+
+@pytest.mark.parametrize("stage", ["partition", "narrate", "distill", "direct_distill"])
+def test_signatures_that_see_messages_are_told_about_timestamps(stage):
+    sig = SIGNATURES[stage]
+    fields = [f for n, f in sig.model_fields.items() if n in MESSAGE_FIELDS]
+    assert fields and all("YYYY-MM-DD" in (f.json_schema_extra or {}).get("desc", "") for f in fields)
+
+
+def test_narration_and_distillation_ask_for_absolute_dates():
+    for stage in ("narrate", "distill", "direct_distill"):
+        assert "absolute" in SIGNATURES[stage].instructions.lower()
+
+
+def test_hash_changes_when_the_instruction_changes():
+    reworded = NarrateEpisode.with_instructions(NarrateEpisode.instructions + " Be brief.")
+    assert signature_hash(reworded) != signature_hash(NarrateEpisode)
+    assert signature_hash(NarrateEpisode) == signature_hash(NarrateEpisode)
+    assert issubclass(reworded, dspy.Signature)
