@@ -28,11 +28,13 @@ class LLMJudge:
     Args:
         lm: the judge LM (None = ``dspy.settings.lm``); configurable apart from the answer model.
         max_tokens: output cap for the judge's reasoning + label.
+        model_label: what to log as the judge model (e.g. the GGUF file behind ``openai/local``).
     """
 
-    def __init__(self, lm: dspy.BaseLM | None = None, max_tokens: int = 128, parse_retries: int = 1) -> None:
+    def __init__(self, lm: dspy.BaseLM | None = None, max_tokens: int = 128, parse_retries: int = 1,
+                 model_label: str | None = None) -> None:
         self.predict = StagePredict(JudgeAnswer, "judge", max_tokens=max_tokens, parse_retries=parse_retries, lm=lm)
-        self.model = getattr(lm or dspy.settings.lm, "model", "unknown")
+        self.model = model_label or getattr(lm or dspy.settings.lm, "model", "unknown")
         self.prompt_hash = JUDGE_PROMPT_HASH
         self.failures = 0
 

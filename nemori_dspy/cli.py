@@ -129,7 +129,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
           f"run folder {out}", flush=True)
     t0 = time.perf_counter()
     with build_runtime(settings) as rt:
-        print(f"model {rt.model_label} ready in {time.perf_counter() - t0:.1f}s", flush=True)
+        print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
         embedder = resolve_embedder(settings)
         program = _program_state(args.program)
 
@@ -150,12 +150,13 @@ def _eval_locomo(args: argparse.Namespace) -> int:
         else:
             provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
         judge = None if args.no_judge else LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
-                                                    parse_retries=settings.parse_retries)
+                                                    parse_retries=settings.parse_retries, model_label=rt.judge_label)
         opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
                            concurrency=args.concurrency)
         summary = run_locomo(provider, conversations, opts, judge, out)
         provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
         server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
+        judge_flags = {k: v for k, v in (rt.judge_server.flags if rt.judge_server else {}).items() if k != "port"}
     _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
     if not args.no_mlflow:
         from .eval.tracking import log_eval_run, tracking_uri
@@ -164,7 +165,8 @@ def _eval_locomo(args: argparse.Namespace) -> int:
             "dataset.path": str(data), "dataset.sha256": data_sha,
             "dataset.conversations": ",".join(c.sample_id for c in conversations),
             "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder.name,
-            "program": args.program, "server": server_flags}, run_name=out.name)
+            "program": args.program, "server": server_flags,
+            "judge_server": judge_flags}, run_name=out.name)
         print(f"MLflow run {run_id} at {tracking_uri(settings)} (view: mlflow ui --backend-store-uri "
               f"{tracking_uri(settings)}; or: nemori-dspy report --run-id {run_id})")
     return 0

@@ -67,7 +67,8 @@ class NemoriSettings(BaseSettings):
     max_tokens: int = Field(default=1024, gt=0, description="default output token cap per call")
     stage_lms: dict[str, StageLM] = Field(default_factory=dict, description="per-stage model/max_tokens overrides, keyed by STAGES")
     predictor_classes: dict[str, str] = Field(default_factory=dict, description="per-stage DSPy predictor class, e.g. {'answer': 'dspy.ChainOfThought'}")
-    judge_model: str | None = Field(default=None, description="model for the LLM judge; None = the main model")
+    judge_model: str | None = Field(default=None, description="model for the LLM judge: a litellm string, "
+                                    "'local:0.5b' / 'local:1.5b' (a second embedded server), or None = the main model")
     adapter: Literal["chat", "json"] = Field(default="chat", description="DSPy adapter formatting prompts")
     cache: bool = Field(default=True, description="DSPy response cache; retries always bypass it")
     num_retries: int = Field(default=3, ge=0, description="litellm retries on timeouts/5xx/rate limits")
@@ -95,6 +96,9 @@ class NemoriSettings(BaseSettings):
     # --- method knobs (§4.1, Appendix C)
     window_size: int = Field(default=20, ge=1, description="w: buffer size that triggers episode formation (§3.2.1)")
     association_top_k: int = Field(default=5, ge=1, description="K_e: candidate episodes for merging (§3.2.3)")
+    association_max_gap_hours: float | None = Field(
+        default=24.0, ge=0, description="our addition: only episodes within this many hours of the new one are "
+        "merge candidates (a continuation cut by the window is adjacent in time); None = the paper's behaviour")
     evoke_top_k: int = Field(default=10, ge=0, description="K_s: evoked semantic entries (§3.3.1)")
     evoke_threshold: float = Field(default=0.70, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1)")
     consolidation_top_k: int = Field(default=5, ge=1, description="K_m: entries compared per insight (§3.3.3)")

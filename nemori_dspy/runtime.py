@@ -51,18 +51,30 @@ class Runtime:
     stage_lms: dict[str, dspy.BaseLM] = field(default_factory=dict)
     server: Any = None
     model_label: str = ""
+    judge_server: Any = None
+    judge_label: str = ""
 
     def close(self) -> None:
-        """Stop the embedded server, if any."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        """Stop the embedded servers, if any."""
+        for name in ("server", "judge_server"):
+            srv = getattr(self, name)
+            if srv is not None:
+                srv.stop()
+                setattr(self, name, None)
 
     def __enter__(self) -> "Runtime":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _start_local(settings: NemoriSettings) -> Any:
+    from .local_server import LlamaServer, resolve_gguf
+
+    server = LlamaServer(resolve_gguf(settings), n_ctx=settings.n_ctx, n_threads=settings.n_threads,
+                         seed=settings.seed, port=settings.server_port)
+    return server.start()
 
 
 def build_runtime(settings: NemoriSettings, configure: bool = True) -> Runtime:
@@ -74,18 +86,21 @@ def build_runtime(settings: NemoriSettings, configure: bool = True) -> Runtime:
     """
     model, api_base, api_key, server, label = settings.model, settings.api_base, None, None, settings.model
     if model == "local":
-        from .local_server import LlamaServer, resolve_gguf
-
-        gguf = resolve_gguf(settings)
-        server = LlamaServer(gguf, n_ctx=settings.n_ctx, n_threads=settings.n_threads, seed=settings.seed,
-                             port=settings.server_port)
-        server.start()
-        model, api_base, api_key, label = server.model, server.api_base, "sk-local", f"local:{gguf.name}"
+        server = _start_local(settings)
+        model, api_base, api_key, label = server.model, server.api_base, "sk-local", f"local:{server.model_path.name}"
     lm = make_lm(settings, model, api_base, api_key)
     stage_lms = {name: make_lm(settings, o.model, settings.api_base) for name, o in settings.stage_lms.items()
                  if o.model}
-    judge = make_lm(settings, settings.judge_model, settings.api_base) if settings.judge_model else lm
-    rt = Runtime(settings=settings, lm=lm, judge_lm=judge, stage_lms=stage_lms, server=server, model_label=label)
+    judge, judge_server = lm, None
+    if settings.judge_model and settings.judge_model.startswith("local:"):
+        judge_server = _start_local(settings.model_copy(update={"local_model_size": settings.judge_model[6:],
+                                                                "gguf": None, "server_port": None}))
+        judge = make_lm(settings, judge_server.model, judge_server.api_base, "sk-local")
+    elif settings.judge_model:
+        judge = make_lm(settings, settings.judge_model, settings.api_base)
+    judge_label = (f"local:{judge_server.model_path.name}" if judge_server else settings.judge_model or label)
+    rt = Runtime(settings=settings, lm=lm, judge_lm=judge, stage_lms=stage_lms, server=server, model_label=label,
+                 judge_server=judge_server, judge_label=judge_label)
     if configure:
         adapter = dspy.JSONAdapter() if settings.adapter == "json" else dspy.ChatAdapter()
         dspy.configure(lm=lm, adapter=adapter)

@@ -78,6 +78,14 @@ def repair_partition(groups: object, n: int) -> tuple[list[list[int]], list[str]
     return groups_sorted, problems
 
 
+def _adjacent(a: Episode, b: Episode, max_gap_hours: float | None) -> bool:
+    """True if the time spans of ``a`` and ``b`` are at most ``max_gap_hours`` apart (None: always)."""
+    if max_gap_hours is None:
+        return True
+    gap = max(a.start - b.end, b.start - a.end).total_seconds() / 3600
+    return gap <= max_gap_hours
+
+
 class EpisodicIntegration(dspy.Module):
     """Turn one buffer window into episodes, merging continuations of earlier windows' episodes.
 
@@ -165,7 +173,7 @@ class EpisodicIntegration(dspy.Module):
             ep = self.narrate_group(user_id, msgs, window)
             hits = self.res.store.search_episodes(user_id, ep.vector, s.association_top_k, before_window=window)
             cands = [current.get(h.episode.id, h.episode) for h in hits]
-            cands = list({c.id: c for c in cands}.values())
+            cands = [c for c in {c.id: c for c in cands}.values() if _adjacent(c, ep, s.association_max_gap_hours)]
             target = self.choose(ep, cands)
             if target is not None:
                 merged = self.merge(target, ep, window)

@@ -132,3 +132,14 @@ def test_narration_failing_permanently_stores_no_episode_and_keeps_messages_pend
     with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
         assert not mem.flush("u").parked
     assert sorted(m for ep in mem.list_episodes("u") for m in ep.message_ids) == sorted(f"D1:{i}" for i in range(1, 11))
+
+
+def test_episodes_far_apart_in_time_are_not_merge_candidates(tmp_path):
+    responders = default_responders(groups_of=10)
+    responders["SelectContinuation"] = lambda i: chat_reply(choice=1)
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem.add_messages("u", _messages(10))
+        mem.add_messages("u", _messages(10, start=datetime(2023, 6, 9, 14, 0), prefix="D2"))  # a month later
+    assert len(mem.list_episodes("u")) == 2 and "SelectContinuation" not in lm.calls
