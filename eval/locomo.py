@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from nemori_dspy.errors import DatasetError
+from nemori_dspy.eval.dataset_io import read_json_list
 from nemori_dspy.types import Message, parse_timestamp
 
 __all__ = [
@@ -105,7 +106,7 @@ def dataset_sha256(path: str | Path) -> str:
     """
     file = Path(path)
     if not file.is_file():
-        raise DatasetError(_missing_message(file))
+        raise DatasetError(f"{file}: file not found. Fix: pass the path of locomo10.json (--data).")
     digest = hashlib.sha256()
     with file.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -145,29 +146,13 @@ def load_locomo(path: str | Path, sample_ids: list[str] | None = None) -> list[L
     return [_parse_sample(file, sid, sample) for sid, sample in chosen]
 
 
-def _missing_message(file: Path) -> str:
-    return (
-        f"{file}: LoCoMo file not found. Fix: download data/locomo10.json from "
-        "https://github.com/snap-research/locomo and pass its path (or set NEMORI_LOCOMO_DIR)."
-    )
-
-
 def _read_samples(file: Path) -> list[dict[str, Any]]:
-    if not file.is_file():
-        raise DatasetError(_missing_message(file))
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(
-            f"{file}: not valid JSON ({exc}). Fix: re-download the file; it must be the "
-            "unmodified locomo10.json or a subset with the same schema."
-        ) from exc
-    if not isinstance(data, list) or not all(isinstance(s, dict) for s in data):
-        raise DatasetError(
-            f"{file}: expected a JSON list of sample objects. Fix: use locomo10.json "
-            "(a list of 10 samples) or a subset with the same schema."
-        )
-    return data
+    return read_json_list(
+        file,
+        missing_fix="download data/locomo10.json from https://github.com/snap-research/locomo and pass its path "
+                    "(--data or NEMORI_LOCOMO_PATH).",
+        schema_fix="use the unmodified locomo10.json (a list of 10 samples) or a subset with the same schema.",
+        item="sample")
 
 
 def _parse_sample(file: Path, sample_id: str, sample: dict[str, Any]) -> LoCoMoConversation:

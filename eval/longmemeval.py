@@ -13,7 +13,6 @@ time; oracle does not, so the loader sorts sessions by date (stable: a no-op for
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from nemori_dspy.errors import DatasetError, InvalidInputError
+from nemori_dspy.eval.dataset_io import read_json_list
 from nemori_dspy.types import Message, parse_timestamp
 
 __all__ = [
@@ -172,31 +172,14 @@ def load_longmemeval(
     return out
 
 
-def _missing_message(file: Path) -> str:
-    return (
-        f"{file}: LongMemEval file not found. Fix: download longmemeval_s_cleaned.json from "
-        "https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned and pass its path "
-        "(see shared/data/longmemeval/README.md)."
-    )
-
-
 def _read_items(file: Path) -> list[dict[str, Any]]:
-    if not file.is_file():
-        raise DatasetError(_missing_message(file))
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(
-            f"{file}: not valid JSON ({exc}). Fix: re-download the file; it must be the unmodified "
-            "longmemeval_*.json or a subset with the same schema (a JSON list, not JSONL)."
-        ) from exc
-    if not isinstance(data, list) or not all(isinstance(q, dict) for q in data):
-        raise DatasetError(
-            f"{file}: expected a JSON list of question objects. Fix: use the official "
-            "longmemeval_s_cleaned.json (a list of 500 questions) or a subset with the same schema; "
-            "re-formatted copies (e.g. {'questions': [...]}) are not supported."
-        )
-    return data
+    return read_json_list(
+        file,
+        missing_fix="download longmemeval_s_cleaned.json from https://huggingface.co/datasets/xiaowu0162/"
+                    "longmemeval-cleaned and pass its path (see shared/data/longmemeval/README.md).",
+        schema_fix="use the official longmemeval_s_cleaned.json (a JSON list of 500 questions, not JSONL) or a "
+                   "subset with the same schema; re-formatted copies (e.g. {'questions': [...]}) are not supported.",
+        item="question")
 
 
 def _parse_question(file: Path, qid: str, item: dict[str, Any]) -> LongMemEvalQuestion:
