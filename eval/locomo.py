@@ -10,7 +10,6 @@ strings are malformed.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any

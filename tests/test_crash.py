@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.store.sqlite import SQLiteStore
 from tests.eval.test_runner import MINI
 

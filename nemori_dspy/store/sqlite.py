@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, utcnow
+from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
