@@ -36,9 +36,13 @@ def make_lm(settings: NemoriSettings, model: str, api_base: str | None = None, a
     key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
     if key:
         kwargs["api_key"] = key
+    local = api_key == "sk-local"
+    # A local llama.cpp server cannot cancel a request: a client-side timeout + retry would queue a second
+    # copy behind the first. Local calls therefore wait longer and are not re-sent on timeout.
     return TrackedLM(model, engine="litellm", temperature=settings.temperature, seed=settings.seed,
                      max_tokens=max_tokens or settings.max_tokens, cache=settings.cache,
-                     num_retries=settings.num_retries, timeout=settings.timeout_s, **kwargs)
+                     num_retries=0 if local else settings.num_retries,
+                     timeout=max(settings.timeout_s, 3600.0) if local else settings.timeout_s, **kwargs)
 
 
 @dataclass

@@ -32,7 +32,7 @@ class NarrateEpisode(dspy.Signature):
     a faithful third-person account of what happened and what was said, naming the speakers, keeping
     concrete details (names, places, numbers, feelings, plans). Convert every relative time expression
     ("yesterday", "last week", "next month") into an absolute date using the message timestamps, e.g.
-    a message dated 2023-05-08 saying "yesterday" means 7 May 2023. Do not invent facts."""
+    a message dated 2021-03-12 saying "yesterday" means 11 March 2021. Do not invent facts."""
 
     messages: str = dspy.InputField(desc="the episode's messages, one per line: '[YYYY-MM-DD HH:MM] speaker: text'")
     cue: str = dspy.OutputField(desc="episodic cue: one-line title with who, what and the absolute date")

@@ -23,7 +23,7 @@ class AnswerQuestion(dspy.Signature):
 
     context: str = dspy.InputField(desc="retrieved memories; may be empty")
     question: str = dspy.InputField(desc="the question to answer")
-    answer: str = dspy.OutputField(desc="short answer phrase, e.g. '7 May 2023' or 'pottery and camping'")
+    answer: str = dspy.OutputField(desc="short answer phrase, e.g. '11 March 2021' or 'chess and hiking'")
 
 
 class JudgeAnswer(dspy.Signature):

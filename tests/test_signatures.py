@@ -37,3 +37,13 @@ def test_hash_changes_when_the_instruction_changes():
     assert signature_hash(reworded) != signature_hash(NarrateEpisode)
     assert signature_hash(NarrateEpisode) == signature_hash(NarrateEpisode)
     assert issubclass(reworded, dspy.Signature)
+
+
+def test_no_prompt_quotes_benchmark_content():
+    """Examples in instructions must not leak LoCoMo answers (a no-memory control would get them free)."""
+    for stage, sig in SIGNATURES.items():
+        from nemori_dspy.signatures import signature_text
+
+        text = signature_text(sig)
+        for leak in ("Caroline", "Melanie", "May 2023", "2023-05", "pottery", "camping", "LGBTQ"):
+            assert leak not in text, f"{stage} mentions {leak!r}"
