@@ -67,7 +67,6 @@ def run(data: Path, rate: float, seed: int, max_flushes: int = 10) -> dict:
     injected: Counter = Counter()
     lm = ScriptedLM(faulty(hash_responders(0.0), rate, seed, injected))
     LEDGER.reset()
-    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     with tempfile.TemporaryDirectory() as tmp, dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(Path(tmp) / "m.db"), HashingEmbedder(64), NemoriSettings(cache=False))
         parked = 0

@@ -37,7 +37,7 @@ def _memory_only_dspy_cache():
 @pytest.fixture(autouse=True)
 def _fresh_ledger_and_cache():
     LEDGER.reset()
-    dspy.cache.reset_memory_cache()
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)  # fresh, whatever a test changed
     yield
 
 

@@ -1,11 +1,15 @@
 """Subprocess for the crash test: ingest locomo_mini into DB with a prompt-hash scripted LM.
 
 usage: python -m tests.crash_worker DB LOCOMO_JSON [--slow SECONDS]
-Prints "ready" once imports are done, then "done" after the final flush.
+Prints "ready" once imports are done, then "done" after the final flush. With the environment variable
+NEMORI_CRASH_AFTER_CALLS=N the process SIGKILLs itself when its N-th LLM call starts (a crash point
+measured in progress, not wall time, so it lands mid-pipeline on fast and slow machines alike).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 
@@ -23,8 +27,14 @@ def hash_responders(slow: float) -> dict:
     """Replies that depend only on the prompt (so a replay after a crash gets the same ones)."""
     base = default_responders()
 
+    crash_at = int(os.environ.get("NEMORI_CRASH_AFTER_CALLS", "0"))
+    calls = [0]
+
     def delayed(fn):
         def inner(i):
+            calls[0] += 1
+            if calls[0] == crash_at:
+                os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(slow)
             return fn(i)
         return inner

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 KILLS = int(os.environ.get("NEMORI_CRASH_KILLS", "20"))
 
 
-def _spawn(db: Path, slow: float) -> subprocess.Popen:
+def _spawn(db: Path, slow: float, crash_after: int = 0) -> subprocess.Popen:
+    env = {**os.environ, "NEMORI_CRASH_AFTER_CALLS": str(crash_after)}
     return subprocess.Popen([sys.executable, "-m", "tests.crash_worker", str(db), str(MINI), "--slow", str(slow)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
 
 def _run_to_end(db: Path, slow: float) -> None:
@@ -46,22 +47,28 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tmp_path):
     slow = 0.01
     _run_to_end(tmp_path / "clean.db", slow)
     rng = random.Random(1234)
-    crashed = tmp_path / "crashed.db"
-    kills = 0
-    for _ in range(KILLS):
-        p = _spawn(crashed, slow)
-        assert p.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 1.5))
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
+    clean = _state(tmp_path / "clean.db")
+    kills = sequences = 0
+    while kills < KILLS:  # crash sequences on fresh stores until KILLS crashes happened in all
+        crashed = tmp_path / f"crashed{sequences}.db"
+        for i in range(40):
+            if i % 4 == 3:  # from outside, at a random wall-clock moment (may land inside a commit)
+                p = _spawn(crashed, slow)
+                assert p.stdout.readline().strip() == "ready"
+                time.sleep(rng.uniform(0.0, 0.5))
+                if p.poll() is None:
+                    p.send_signal(signal.SIGKILL)
+            else:  # the worker SIGKILLs itself when its N-th LLM call starts
+                p = _spawn(crashed, slow, crash_after=rng.randint(2, 40))
+            p.wait(timeout=300)
+            if p.returncode == 0:
+                break
+            assert p.returncode == -signal.SIGKILL
             kills += 1
-        p.wait()
-    _run_to_end(crashed, slow)
-    n_clean, ids_clean, sem_clean, _ = _state(tmp_path / "clean.db")
-    n_crash, ids_crash, sem_crash, stats = _state(crashed)
-    assert kills >= KILLS // 2
-    assert len(ids_crash) == len(set(ids_crash)) == 58          # every turn exactly once
-    assert ids_crash == ids_clean
-    assert n_crash == n_clean                                    # same episodes as uninterrupted
-    assert sem_crash == sem_clean                                # same semantic memory
-    assert stats["pending"] == 0 and stats["to_distill"] == 0 and stats["messages"] == 58
+        _run_to_end(crashed, slow)
+        n_eps, ids, sem, stats = _state(crashed)
+        assert len(ids) == len(set(ids)) == 58                      # every turn exactly once
+        assert (n_eps, ids, sem) == clean[:3]                        # same episodes and semantic memory
+        assert stats["pending"] == 0 and stats["to_distill"] == 0 and stats["messages"] == 58
+        sequences += 1
+    assert kills >= KILLS
