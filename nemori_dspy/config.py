@@ -95,6 +95,9 @@ class NemoriSettings(BaseSettings):
 
     # --- method knobs (§4.1, Appendix C)
     window_size: int = Field(default=20, ge=1, description="w: buffer size that triggers episode formation (§3.2.1)")
+    episode_split_gap_hours: float | None = Field(
+        default=6.0, ge=0, description="our addition: a window is cut where consecutive messages are more than this "
+        "many hours apart before P_par sees it (one episode never spans separate conversations); None = off")
     association_top_k: int = Field(default=5, ge=1, description="K_e: candidate episodes for merging (§3.2.3)")
     association_max_gap_hours: float | None = Field(
         default=24.0, ge=0, description="our addition: only episodes within this many hours of the new one are "

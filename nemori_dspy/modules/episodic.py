@@ -18,7 +18,7 @@ from ..types import Episode, StoredMessage
 from ..usage import LEDGER
 from .resources import Resources
 
-__all__ = ["EpisodicIntegration", "repair_partition", "episode_id"]
+__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,17 @@ def repair_partition(groups: object, n: int) -> tuple[list[list[int]], list[str]
     return groups_sorted, problems
 
 
+def split_at_gaps(messages: Sequence[StoredMessage], gap_hours: float | None) -> list[list[StoredMessage]]:
+    """Consecutive runs of ``messages`` with no gap above ``gap_hours`` between neighbours (None: one run)."""
+    runs: list[list[StoredMessage]] = []
+    for m in messages:
+        if runs and (gap_hours is None or (m.timestamp - runs[-1][-1].timestamp).total_seconds() <= gap_hours * 3600):
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    return runs
+
+
 def _adjacent(a: Episode, b: Episode, max_gap_hours: float | None) -> bool:
     """True if the time spans of ``a`` and ``b`` are at most ``max_gap_hours`` apart (None: always)."""
     if max_gap_hours is None:
@@ -108,6 +119,11 @@ class EpisodicIntegration(dspy.Module):
         self.integrate = make("integrate")
 
     def split(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+        """Cut the window at time gaps (``episode_split_gap_hours``), then P_par each segment."""
+        return [g for seg in split_at_gaps(messages, self.res.settings.episode_split_gap_hours)
+                for g in self.partition_segment(seg)]
+
+    def partition_segment(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         """P_par with validation and repair; one message → one group without an LLM call."""
         n = len(messages)
         if n == 1:

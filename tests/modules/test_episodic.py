@@ -143,3 +143,16 @@ def test_episodes_far_apart_in_time_are_not_merge_candidates(tmp_path):
         mem.add_messages("u", _messages(10))
         mem.add_messages("u", _messages(10, start=datetime(2023, 6, 9, 14, 0), prefix="D2"))  # a month later
     assert len(mem.list_episodes("u")) == 2 and "SelectContinuation" not in lm.calls
+
+
+def test_a_window_spanning_two_conversations_is_cut_at_the_time_gap(tmp_path):
+    responders = default_responders()
+    responders["PartitionMessages"] = lambda i: chat_reply(groups=[list(range(1, int(i["message_count"]) + 1))])
+    lm = ScriptedLM(responders)
+    msgs = _messages(6) + _messages(4, start=datetime(2023, 5, 25, 9, 0), prefix="D2")  # 17 days later
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem.add_messages("u", msgs)
+    spans = sorted((ep.start.date().isoformat(), len(ep.message_ids)) for ep in mem.list_episodes("u"))
+    assert spans == [("2023-05-08", 6), ("2023-05-25", 4)]
+    assert all(int(inp["message_count"]) in (6, 4) for name, inp in lm.prompts if name == "PartitionMessages")
