@@ -43,7 +43,9 @@ def test_mini_run_covers_every_turn_and_writes_results(tmp_path, mini):
     # the scripted answerer says "7 May 2023" with memory and "I don't know" without
     assert summary["scores"]["nemori"]["f1.overall"] > summary["scores"]["no-memory"]["f1.overall"]
     usage = summary["construction_usage"]
-    assert usage["partition"]["calls"] == 3 and usage["narrate"]["calls"] >= 3
+    # 3 windows of ≤ 20 turns; windows 1 and 2 straddle a session boundary (17 and 15 days apart), so they
+    # are cut at the time gap before P_par: 2 + 2 + 1 partition calls
+    assert usage["partition"]["calls"] == 5 and usage["narrate"]["calls"] >= 5
     assert "n=" in summary["table"] and (tmp_path / "run/tables.md").exists()
     assert summary["judge"]["prompt_hash"] and summary["parked"] == []
 
