@@ -1,11 +1,14 @@
 """``Memory``: the public facade — add messages, flush, search, answer, inspect and delete.
 
 Threading: calls for different users run concurrently; one user's processing is serialised by a
-per-user lock, so their episodes form in message order.
+per-user lock, so their episodes form in message order. asyncio: every call has an ``a``-prefixed
+coroutine twin (``aadd_messages``, ``aflush``, ``asearch``, ``aanswer``) that runs the blocking call
+in a worker thread (``asyncio.to_thread``, context copied), so an event loop is never blocked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -101,6 +104,7 @@ class Memory:
         self.pipeline = pipeline or NemoriPipeline(self.resources, stage_factory(self.settings, stage_lms))
         self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+        self._parked: dict[str, list[str]] = {}
 
     def _lock(self, user_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -139,6 +143,7 @@ class Memory:
         """Process full windows (every pending message if ``force``); one user at a time."""
         with self._lock(user_id):
             report = self.pipeline.process(user_id, force=force)
+            self._parked[user_id] = list(report.parked)  # the latest pass: cleared once work succeeds
         for p in report.parked:
             log.warning("parked for %s: %s", user_id, p)
         return report
@@ -152,8 +157,22 @@ class Memory:
         return self.process(self._known(user_id), force=True)
 
     def status(self, user_id: str) -> dict[str, Any]:
-        """Counts for one user (messages, pending, episodes, semantic, to_distill) plus global counters."""
-        return {**self.store.stats(self._known(user_id)), "counters": dict(LEDGER.counters)}
+        """Health of one user's memory: what is stored, what waits, and why.
+
+        Returns:
+            dict with the store's counts (``messages``, ``pending`` = buffered messages not yet in an
+            episode, ``episodes``, ``superseded_episodes``, ``semantic``, ``to_distill`` = episodes whose
+            semantic step has not been committed) — these are read from the store, so they survive a
+            restart — plus ``parked`` (reasons from this process's latest pass for this user; empty
+            after a restart or once the work succeeds), ``healthy`` (nothing parked and nothing left
+            to distill) and process-wide ``counters`` (calls, retries, parked windows...).
+        Raises:
+            UnknownUserError: nothing was ever added for ``user_id``.
+        """
+        stats = self.store.stats(self._known(user_id))
+        parked = list(self._parked.get(user_id, []))
+        return {**stats, "parked": parked, "healthy": not parked and stats.get("to_distill", 0) == 0,
+                "counters": dict(LEDGER.counters)}
 
     # ------------------------------------------------------------------ query
     def search(self, user_id: str, query: str, top_k: int | None = None,
@@ -207,3 +226,22 @@ class Memory:
         """Remove everything derived from the user: messages, episodes, semantic entries."""
         with self._lock(self._known(user_id)):
             self.store.delete_user(user_id)
+
+    # ------------------------------------------------------------------ asyncio
+    async def aadd_messages(self, user_id: str, messages: Sequence[Message | dict],
+                            process: bool = True) -> AddResult:
+        """``add_messages`` for asyncio: same contract, run in a worker thread."""
+        return await asyncio.to_thread(self.add_messages, user_id, messages, process)
+
+    async def aflush(self, user_id: str) -> ProcessReport:
+        """``flush`` for asyncio: same contract, run in a worker thread."""
+        return await asyncio.to_thread(self.flush, user_id)
+
+    async def asearch(self, user_id: str, query: str, top_k: int | None = None,
+                      semantic_top_k: int | None = None) -> SearchResult:
+        """``search`` for asyncio: same contract, run in a worker thread."""
+        return await asyncio.to_thread(self.search, user_id, query, top_k, semantic_top_k)
+
+    async def aanswer(self, user_id: str, question: str, use_memory: bool = True) -> AnswerResult:
+        """``answer`` for asyncio: same contract, run in a worker thread."""
+        return await asyncio.to_thread(self.answer, user_id, question, use_memory)

@@ -82,3 +82,41 @@ def test_mlflow_parent_and_child_runs_with_charts_and_prompts(tmp_path, scripted
     assert any(a.startswith("scores_by_category") for a in artifacts)
     assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
     assert "no-memory" in capsys.readouterr().out
+
+
+CANARY = "sk-canary-0123456789abcdef"
+
+
+def test_api_key_never_reaches_logs_files_or_mlflow(tmp_path, scripted_runtime, monkeypatch, capsys):
+    """A key given by environment flows into settings but into no output: stdout/stderr, DEBUG logs,
+    the run folder, the memory cache, program.json, or the MLflow store and artifacts."""
+    import logging
+
+    seen = {}
+    fake = runtime.build_runtime
+
+    def build(settings, configure=True):
+        seen["key"] = settings.api_key.get_secret_value() if settings.api_key else None
+        return fake(settings, configure)
+
+    monkeypatch.setattr(runtime, "build_runtime", build)
+    monkeypatch.setenv("NEMORI_API_KEY", CANARY)
+    log_file = tmp_path / "debug.log"
+    handler = logging.FileHandler(log_file)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        assert _run(tmp_path, "--system", "nemori,no-memory", "--verbose") == 0
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        handler.close()
+    assert seen["key"] == CANARY  # the key really was in the settings the run used
+    out = capsys.readouterr()
+    assert CANARY not in out.out and CANARY not in out.err
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "mlflow.db" for p in files) and log_file.stat().st_size > 0
+    leaked = [str(p) for p in files if CANARY.encode() in p.read_bytes()]
+    assert leaked == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -321,3 +322,38 @@ def test_concurrent_adds_across_users(db: Path):
         expected = {f"t{t}-{i}" for t in range(10) if t % 2 == parity for i in range(50)}
         assert len(got) == len(set(got)) == 250 and set(got) == expected  # only their own, each once
     store.close()
+
+
+def test_asyncio_ingestion_many_users_each_sees_only_their_own(db: Path):
+    """Case 9 from asyncio: 10 tasks x 50 messages over 2 users through ``aadd_messages``."""
+    store = SQLiteStore(db)
+    mem = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=50))
+
+    async def task(t: int) -> int:
+        n = 0
+        for i in range(50):
+            r = await mem.aadd_messages(f"user{t % 2}", [{
+                "speaker": f"s{t}", "content": f"task {t} message {i}", "id": f"a{t}-{i}",
+                "timestamp": (T0 + timedelta(seconds=t * 100 + i)).isoformat()}], process=False)
+            n += r.accepted
+        return n
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(task(t) for t in range(10)))
+
+    assert asyncio.run(main()) == [50] * 10
+    lm = ScriptedLM(default_responders(groups_of=25))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        reports = asyncio.run(_flush_both(mem))
+    assert not any(r.parked for r in reports)
+    for u in ("user0", "user1"):
+        got = assigned_ids(mem, u)
+        parity = int(u[-1])
+        assert sorted(got) == sorted(f"a{t}-{i}" for t in range(10) if t % 2 == parity for i in range(50))
+        hits = asyncio.run(mem.asearch(u, "task message", top_k=3))
+        assert hits.episodes and all(h.episode.user_id == u for h in hits.episodes)
+    store.close()
+
+
+async def _flush_both(mem: Memory):
+    return await asyncio.gather(mem.aflush("user0"), mem.aflush("user1"))

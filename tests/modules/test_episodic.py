@@ -128,9 +128,15 @@ def test_narration_failing_permanently_stores_no_episode_and_keeps_messages_pend
         res = mem.add_messages("u", _messages(10))
         assert res.report.parked and "stay buffered" in res.report.parked[0]
         assert store.stats("u")["episodes"] == 0 and mem.status("u")["pending"] == 10
+        st = mem.status("u")
+        assert not st["healthy"] and "model server down" in st["parked"][0]
+    # after a restart the parked reason is gone but the waiting work is still reported (from the store)
+    reopened = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+    assert reopened.status("u")["pending"] == 10 and reopened.status("u")["parked"] == []
     # the model comes back: the same messages are processed, none lost
     with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
         assert not mem.flush("u").parked
+    assert mem.status("u")["healthy"] and mem.status("u")["parked"] == []
     assert sorted(m for ep in mem.list_episodes("u") for m in ep.message_ids) == sorted(f"D1:{i}" for i in range(1, 11))
 
 

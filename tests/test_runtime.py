@@ -1,0 +1,40 @@
+"""LM construction from settings: litellm engine, local-call policy, and the API key kept secret."""
+
+from __future__ import annotations
+
+from pydantic import SecretStr
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.modules.pipeline import NemoriPipeline, stage_factory
+from nemori_dspy.modules.resources import Resources
+from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.runtime import make_lm
+from nemori_dspy.store.sqlite import SQLiteStore
+
+CANARY = "sk-canary-runtime-42"
+
+
+def test_make_lm_uses_litellm_and_passes_the_key():
+    lm = make_lm(NemoriSettings(api_key=SecretStr(CANARY)), "openai/gpt-4o-mini", max_tokens=77)
+    assert lm.kwargs["api_key"] == CANARY and lm.kwargs["max_tokens"] == 77
+    assert getattr(lm, "engine", "litellm") == "litellm" or "litellm" in type(lm).__mro__[1].__module__
+
+
+def test_local_calls_never_time_out_or_retry():
+    lm = make_lm(NemoriSettings(), "openai/local", "http://127.0.0.1:1/v1", "sk-local")
+    assert lm.num_retries == 0 and lm.kwargs["timeout"] >= 3600
+
+
+def test_key_not_in_settings_repr_dump_or_saved_program(tmp_path):
+    settings = NemoriSettings(api_key=SecretStr(CANARY))
+    assert CANARY not in repr(settings) and CANARY not in str(settings.public_dict())
+    lm = make_lm(settings, "openai/gpt-4o-mini")
+    store = SQLiteStore(tmp_path / "m.db")
+    pipeline = NemoriPipeline(Resources(store=store, embedder=HashingEmbedder(16), settings=settings),
+                              stage_factory(settings, {"answer": lm, "narrate": lm}))
+    path = tmp_path / "program.json"
+    pipeline.save(str(path))
+    text = path.read_text()
+    assert "gpt-4o-mini" in text  # the stage LM state is saved with the program...
+    assert CANARY not in text  # ...without its key
+    store.close()
