@@ -115,7 +115,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     from .modules.pipeline import NemoriPipeline, stage_factory
     from .modules.resources import Resources
     from .runtime import build_runtime
-    from .store.sqlite import SQLiteStore
+    from .store import open_store
 
     settings = _settings(args)
     systems = parse_systems(args.system)
@@ -134,7 +134,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
         program = _program_state(args.program)
 
         def make_memory(s: Any, path: Path) -> Memory:
-            store = SQLiteStore(path)
+            store = open_store(s, path)
             pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
             if args.program:
                 pipeline.load(args.program)

@@ -1,0 +1,797 @@
+"""Weaviate backend of ``MemoryStore`` (weaviate-client v4, Weaviate server 1.27 or newer).
+
+Layout. Four collections named after ``prefix`` (default ``"Nemori"``):
+
+- ``<prefix>Message``, ``<prefix>Episode``, ``<prefix>Semantic``: multi-tenant, one tenant per user.
+  A tenant name is ``tenant_name(user_id)`` = ``"u"`` + base32(sha256(user_id)) (53 characters of
+  ``[a-z2-7]``): deterministic, collision-free as far as sha256 is, and never the raw user id, which
+  is kept as the ``user_id`` property.
+- ``<prefix>Meta``: one ``config`` object (embedder name/dim, schema version) and one ``user``
+  object per user (its tenant, committed step, pending step and next window).
+
+Vectors are ours (self-provided, named vector ``"default"``, L2-normalised on write) in a **flat**
+index with cosine distance, so search is brute force and exact; score = 1 - distance, ties are
+broken by id as in ``SQLiteStore`` (the query is widened until the k-th distance is not tied).
+
+Atomicity without transactions. Every write that must be all-or-nothing (``commit_window``,
+``commit_distillation``, ``delete_episode``, ``delete_semantic``) is a numbered *step* of its user:
+
+1. everything is computed first (a bad input raises before anything is written);
+2. the user object records ``pending = k`` (k = committed + 1);
+3. new episode/semantic versions are inserted with ``born = k`` under uuid5(user, kind, id, k);
+   superseded/deleted versions get ``died = k`` (and ``gone = k`` when removed, not superseded);
+   messages get ``ep``/``ep_step = k`` (the previous assignment kept in ``prev_ep``) and
+   ``processed_step = k``; an episode marked distilled gets ``distilled_step = k``;
+4. the commit record is written last: one replace of the user object with ``committed = k``,
+   ``pending = 0`` (and ``next_window``). A single-object write is atomic, so this is the commit point.
+
+Reads use the committed step N only: a version is live iff ``born <= N < died``, a message is pending
+iff ``processed_step > N`` and belongs to ``ep`` if ``ep_step <= N`` else ``prev_ep``. A step that
+crashed before its commit record is therefore invisible, and the next write step of that user rolls
+it back first (deletes versions born after N, resets markers set after N). Objects with
+``gone <= N`` are purged after the commit (best effort; they are invisible either way).
+
+``add_messages`` is idempotent on (user_id, message id) through uuid5(user_id, message id); arrival
+numbers continue from the largest stored ``seq``. A batch cut by a crash keeps the messages written
+so far, and re-adding the batch stores the rest.
+
+Limits: one writer per user at a time (the pipeline's model; two processes committing the same
+user concurrently are not serialised as SQLite's lock does). Not run against a live server on the
+machine it was written on: ``tests/store/test_contract.py`` runs it when ``NEMORI_WEAVIATE_URL`` is set.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import re
+import uuid as uuid_lib
+from dataclasses import dataclass, replace
+from datetime import datetime
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
+from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+from .sqlite import message_key
+
+__all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
+           "INSTALL_HINT"]
+
+SCHEMA_VERSION = 1
+DEFAULT_PREFIX = "Nemori"
+INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
+_SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
+               "version 1.27 or newer) or set NEMORI_STORE=sqlite")
+
+_NEVER = 2**31 - 1          # "not yet" step; below 2**53 so it survives JSON/protobuf doubles
+_VEC = "default"            # name of the self-provided vector
+_CHUNK = 200                # ids per filter / objects per insert_many call
+_PAGE = 1000                # objects per page of a filtered fetch
+_TIE_EPS = 1e-6             # distances this close to the k-th are re-ranked by id
+_NS = uuid_lib.UUID("5b0e7f3c-9d3a-4c55-8e2f-6a1d2b7c9e41")  # uuid5 namespace of this store
+_PREFIX_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,180}")
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- pure helpers
+def tenant_name(user_id: str) -> str:
+    """Tenant of a user: ``"u"`` + lowercase base32 of sha256(user_id), 53 chars of ``[a-z2-7]``.
+
+    Deterministic and collision-free (a collision would be a sha256 collision); any string, however
+    hostile or long, maps into Weaviate's tenant alphabet ``[A-Za-z0-9_-]{1,64}``.
+    """
+    digest = hashlib.sha256(user_id.encode("utf-8", "surrogatepass")).digest()
+    return "u" + base64.b32encode(digest).decode("ascii").rstrip("=").lower()
+
+
+def collection_names(prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """Collection names for ``prefix``: keys ``message``, ``episode``, ``semantic``, ``meta``.
+
+    Raises:
+        ConfigError: ``prefix`` is not a letter followed by letters, digits or ``_``.
+    """
+    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
+        raise ConfigError(f"invalid Weaviate collection prefix {prefix!r}. Fix: use a letter followed by "
+                          "letters, digits or '_' (e.g. 'Nemori').")
+    p = prefix[0].upper() + prefix[1:]  # Weaviate capitalises collection names
+    return {k: p + k.capitalize() for k in ("message", "episode", "semantic", "meta")}
+
+
+def _uid(*parts: Any) -> str:
+    """Deterministic object uuid of a tuple of parts (JSON-encoded, so parts never run together)."""
+    return str(uuid_lib.uuid5(_NS, json.dumps(parts)))  # ASCII JSON: lone surrogates are escaped too
+
+
+def _unit(vector: Sequence[float]) -> list[float]:
+    v = np.asarray(vector, dtype=np.float32)
+    n = float(np.linalg.norm(v))
+    return (v / n if n > 0 else v).tolist()
+
+
+def _score(distance: float | None) -> float:
+    return max(-1.0, min(1.0, 1.0 - float(distance if distance is not None else 1.0)))
+
+
+def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _parse_url(url: str) -> tuple[str, int, bool]:
+    """``http(s)://host[:port]`` → (host, port, secure). Raises ``ConfigError`` on anything else."""
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"Weaviate URL {url!r} is not an http(s) URL. Fix: set NEMORI_WEAVIATE_URL to e.g. "
+                          "http://localhost:8080.")
+    secure = parts.scheme == "https"
+    return parts.hostname, parts.port or (443 if secure else 8080), secure
+
+
+def _import_weaviate() -> SimpleNamespace:
+    """The weaviate-client pieces this module uses, imported on first use (the extra is optional)."""
+    try:
+        import weaviate
+        from weaviate import exceptions
+        from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
+        from weaviate.classes.data import DataObject
+        from weaviate.classes.init import AdditionalConfig, Timeout
+        from weaviate.classes.query import Filter, MetadataQuery, Sort
+    except ImportError as exc:
+        raise ConfigError(f"the Weaviate store needs the weaviate-client package ({exc}). Fix: {INSTALL_HINT}, "
+                          "or set NEMORI_STORE=sqlite.") from exc
+    return SimpleNamespace(weaviate=weaviate, exc=exceptions, Error=exceptions.WeaviateBaseError,
+                           Configure=Configure, DataType=DataType, Property=Property, Tokenization=Tokenization,
+                           VectorDistances=VectorDistances, DataObject=DataObject,
+                           AdditionalConfig=AdditionalConfig, Timeout=Timeout, Filter=Filter,
+                           MetadataQuery=MetadataQuery, Sort=Sort)
+
+
+# --------------------------------------------------------------------------- schema
+#: property name → kind: "key" (exact-match filterable text), "text" (stored only), "int".
+_SCHEMA: dict[str, dict[str, str]] = {
+    "message": {"user_id": "key", "mid": "key", "seq": "int", "speaker": "text", "content": "text",
+                "ts": "text", "ep": "key", "prev_ep": "key", "ep_step": "int", "processed_step": "int"},
+    "episode": {"user_id": "key", "eid": "key", "cue": "text", "narrative": "text", "message_ids": "text",
+                "start_ts": "text", "end_ts": "text", "supersedes": "text", "created_at": "text",
+                "window_idx": "int", "born": "int", "died": "int", "gone": "int", "distilled_step": "int"},
+    "semantic": {"user_id": "key", "eid": "key", "text": "text", "sources": "text", "supersedes": "text",
+                 "created_at": "text", "born": "int", "died": "int", "gone": "int"},
+    "meta": {"kind": "key", "user_id": "key", "tenant": "key", "embedder": "text", "dim": "int",
+             "schema_version": "int", "committed": "int", "pending": "int", "next_window": "int"},
+}
+
+
+def _properties(w: SimpleNamespace, spec: dict[str, str]) -> list:
+    out = []
+    for name, kind in spec.items():
+        if kind == "int":
+            out.append(w.Property(name=name, data_type=w.DataType.INT))
+        elif kind == "key":
+            out.append(w.Property(name=name, data_type=w.DataType.TEXT, tokenization=w.Tokenization.FIELD,
+                                  index_filterable=True, index_searchable=False))
+        else:
+            out.append(w.Property(name=name, data_type=w.DataType.TEXT, index_filterable=False,
+                                  index_searchable=False))
+    return out
+
+
+@dataclass(frozen=True)
+class _User:
+    """A user's commit record (the ``user`` object of ``<prefix>Meta``)."""
+
+    user_id: str
+    tenant: str
+    committed: int = 0
+    pending: int = 0
+    next_window: int = 0
+
+    def props(self) -> dict[str, Any]:
+        return {"kind": "user", "user_id": self.user_id, "tenant": self.tenant, "committed": self.committed,
+                "pending": self.pending, "next_window": self.next_window}
+
+
+def _guarded(fn: Callable[..., T]) -> Callable[..., T]:
+    """Turn weaviate-client errors of a public method into ``StoreError`` naming the URL and a fix."""
+
+    @functools.wraps(fn)
+    def wrapper(self: "WeaviateStore", *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(self, *args, **kwargs)
+        except NemoriError:
+            raise
+        except self._w.Error as exc:
+            raise StoreError(f"Weaviate at {self.url} failed in {fn.__name__}: {exc}. Fix: check the server "
+                             f"(curl {self.url}/v1/.well-known/ready) and retry; or {_SERVER_HINT}.") from exc
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------- the store
+class WeaviateStore:
+    """``MemoryStore`` on a Weaviate server: one tenant per user, exact flat cosine search.
+
+    Args:
+        url: Weaviate HTTP URL, e.g. ``http://localhost:8080`` (``https://`` for TLS).
+        prefix: collection name prefix (``<prefix>Message`` ...); separate prefixes are separate stores.
+        grpc_port: the server's gRPC port (default 50051; the same host as ``url``).
+        api_key: optional Weaviate API key.
+        timeout_s: per-request timeout for queries and writes.
+        init_timeout_s: timeout of the connection checks at start-up.
+    Raises:
+        ConfigError: weaviate-client is not installed (names ``pip install 'nemori-dspy[weaviate]'``),
+            or ``url``/``prefix`` is malformed.
+        StoreError: the server cannot be reached (names the URL and how to start one), or the
+            collections were written by a newer schema version.
+    """
+
+    def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, *, grpc_port: int = 50051,
+                 api_key: str | None = None, timeout_s: float = 30.0, init_timeout_s: float = 5.0) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._names = collection_names(prefix)
+        host, port, secure = _parse_url(url)
+        self._w = _import_weaviate()
+        self._client = self._connect(host, port, secure, grpc_port, api_key, timeout_s, init_timeout_s)
+        try:
+            self._cols = self._ensure_collections()
+            self._ensure_config()
+        except BaseException as exc:
+            self._client.close()
+            if isinstance(exc, self._w.Error):
+                raise StoreError(f"Weaviate at {url} refused the schema setup: {exc}. Fix: check the server "
+                                 f"version (1.27 or newer) and its logs, or {_SERVER_HINT}.") from exc
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+    def _connect(self, host: str, port: int, secure: bool, grpc_port: int, api_key: str | None,
+                 timeout_s: float, init_timeout_s: float) -> Any:
+        w = self._w
+        config = w.AdditionalConfig(timeout=w.Timeout(init=init_timeout_s, query=timeout_s, insert=timeout_s))
+        try:
+            return w.weaviate.connect_to_custom(
+                http_host=host, http_port=port, http_secure=secure, grpc_host=host, grpc_port=grpc_port,
+                grpc_secure=secure, auth_credentials=api_key, additional_config=config)
+        except (w.Error, OSError) as exc:
+            raise StoreError(f"cannot reach Weaviate at {self.url} (gRPC port {grpc_port}): {exc}. "
+                             f"Fix: {_SERVER_HINT}.") from exc
+
+    def _ensure_collections(self) -> dict[str, Any]:
+        cols = {}
+        for kind, name in self._names.items():
+            if not self._client.collections.exists(name):
+                self._create_collection(kind, name)
+            cols[kind] = self._client.collections.use(name)
+        return cols
+
+    def _create_collection(self, kind: str, name: str) -> None:
+        w = self._w
+        vectors = w.Configure.Vectors.self_provided(
+            name=_VEC, vector_index_config=w.Configure.VectorIndex.flat(distance_metric=w.VectorDistances.COSINE))
+        mt = None if kind == "meta" else w.Configure.multi_tenancy(enabled=True)
+        try:
+            self._client.collections.create(name, properties=_properties(w, _SCHEMA[kind]), vector_config=vectors,
+                                            multi_tenancy_config=mt)
+        except w.exc.UnexpectedStatusCodeError:
+            if not self._client.collections.exists(name):  # lost a creation race: fine; else re-raise
+                raise
+
+    def _config(self) -> dict[str, Any] | None:
+        obj = self._cols["meta"].query.fetch_object_by_id(_uid("config"))
+        return dict(obj.properties) if obj is not None else None
+
+    def _ensure_config(self) -> None:
+        cfg = self._config()
+        if cfg is None:
+            try:
+                props = {"kind": "config", "schema_version": SCHEMA_VERSION}
+                self._cols["meta"].data.insert(props, uuid=_uid("config"))
+            except self._w.Error:
+                if self._config() is None:
+                    raise
+            return
+        if int(cfg.get("schema_version") or 0) > SCHEMA_VERSION:
+            raise StoreError(f"Weaviate collections {self._names['meta']} at {self.url} have schema version "
+                             f"{cfg['schema_version']}, newer than this nemori-dspy ({SCHEMA_VERSION}). Fix: upgrade "
+                             "nemori-dspy or use another collection prefix.")
+
+    def close(self) -> None:
+        """Close the client's HTTP and gRPC connections."""
+        self._client.close()
+
+    def _tc(self, kind: str, user: _User) -> Any:
+        """Tenant-scoped handle of a collection."""
+        return self._cols[kind].with_tenant(user.tenant)
+
+    def _f(self, name: str) -> Any:
+        return self._w.Filter.by_property(name)
+
+    def _live(self, n: int) -> Any:
+        """Filter: versions live at committed step ``n``."""
+        return self._f("born").less_or_equal(n) & self._f("died").greater_than(n)
+
+    def _by_uuids(self, coll: Any, uuids: Sequence[str], filters: Any = None, vectors: bool = False) -> list:
+        out = []
+        for chunk in _chunks(list(dict.fromkeys(uuids))):
+            f = self._w.Filter.by_id().contains_any(list(chunk))
+            res = coll.query.fetch_objects(filters=f if filters is None else f & filters, limit=len(chunk),
+                                           include_vector=vectors)
+            out.extend(res.objects)
+        return out
+
+    def _by_key(self, coll: Any, key: str, values: Sequence[str], filters: Any, vectors: bool = False) -> list:
+        """Objects whose ``key`` property is one of ``values`` and that pass ``filters`` (paged)."""
+        out = []
+        for chunk in _chunks(list(dict.fromkeys(values))):
+            f, offset = self._f(key).contains_any(list(chunk)) & filters, 0
+            while True:
+                res = coll.query.fetch_objects(filters=f, limit=_PAGE, offset=offset, include_vector=vectors)
+                out.extend(res.objects)
+                if len(res.objects) < _PAGE:
+                    break
+                offset += _PAGE
+        return out
+
+    def _scan(self, coll: Any, keep: Callable[[dict], bool], vectors: bool = False) -> list:
+        """Every object of a (tenant) collection whose properties pass ``keep`` (cursor API, no size cap)."""
+        return [o for o in coll.iterator(include_vector=vectors, cache_size=1000) if keep(o.properties)]
+
+    def _count(self, coll: Any, filters: Any = None) -> int:
+        return int(coll.aggregate.over_all(filters=filters, total_count=True).total_count or 0)
+
+    def _insert(self, coll: Any, objects: list) -> None:
+        for chunk in _chunks(objects):
+            res = coll.data.insert_many(list(chunk))
+            if res.has_errors:
+                first = next(iter(res.errors.values()))
+                raise StoreError(f"Weaviate at {self.url} rejected {len(res.errors)} of {len(chunk)} objects: "
+                                 f"{getattr(first, 'message', first)}. Fix: check the server logs and retry.")
+
+    def _patch(self, coll: Any, patches: dict[str, dict[str, Any]]) -> None:
+        for obj_uuid, props in patches.items():
+            coll.data.update(uuid=obj_uuid, properties=props)
+
+    # ------------------------------------------------------------------ users and steps
+    def _user(self, user_id: str) -> _User | None:
+        obj = self._cols["meta"].query.fetch_object_by_id(_uid("user", user_id))
+        if obj is None:
+            return None
+        p = obj.properties
+        return _User(user_id=user_id, tenant=p["tenant"], committed=int(p.get("committed") or 0),
+                     pending=int(p.get("pending") or 0), next_window=int(p.get("next_window") or 0))
+
+    def _put_user(self, user: _User) -> None:
+        """Replace the user object: one atomic single-object write (the commit point of a step)."""
+        self._cols["meta"].data.replace(uuid=_uid("user", user.user_id), properties=user.props())
+
+    def _ensure_user(self, user_id: str) -> _User:
+        user = self._user(user_id)
+        if user is not None:
+            return user
+        user = _User(user_id=user_id, tenant=tenant_name(user_id))
+        self._drop_tenants(user.tenant)  # leftovers of a delete_user cut short: start from scratch
+        for kind in ("message", "episode", "semantic"):
+            self._cols[kind].tenants.create(user.tenant)
+        self._cols["meta"].data.insert(user.props(), uuid=_uid("user", user_id))
+        return user
+
+    def _drop_tenants(self, tenant: str) -> None:
+        for kind in ("message", "episode", "semantic"):
+            if self._cols[kind].tenants.exists(tenant):
+                self._cols[kind].tenants.remove(tenant)
+
+    def _writable_user(self, user_id: str) -> _User:
+        """The user, created if new, with any uncommitted (crashed) step rolled back."""
+        user = self._ensure_user(user_id)
+        if user.pending:
+            self._rollback(user)
+            user = replace(user, pending=0)
+            self._put_user(user)
+        return user
+
+    def _rollback(self, user: _User) -> None:
+        """Undo every trace of steps after ``user.committed`` (invisible to readers already)."""
+        n = user.committed
+        for kind in ("episode", "semantic"):
+            coll = self._tc(kind, user)
+            coll.data.delete_many(where=self._f("born").greater_than(n))
+            marks = ("died", "gone", "distilled_step") if kind == "episode" else ("died", "gone")
+            patches = {}
+            for o in self._scan(coll, lambda p: any(n < int(p.get(m) or 0) < _NEVER for m in marks)):
+                patches[str(o.uuid)] = {m: _NEVER for m in marks if n < int(o.properties.get(m) or 0) < _NEVER}
+            self._patch(coll, patches)
+        self._patch(self._tc("message", user), self._message_rollbacks(user))
+
+    def _message_rollbacks(self, user: _User) -> dict[str, dict[str, Any]]:
+        n, patches = user.committed, {}
+        coll = self._tc("message", user)
+        touched = lambda p: int(p["ep_step"]) > n or n < int(p["processed_step"]) < _NEVER  # noqa: E731
+        for o in self._scan(coll, touched):
+            p, patch = o.properties, {}
+            if int(p["ep_step"]) > n:
+                patch.update(ep=p.get("prev_ep") or "", ep_step=0)
+            if n < int(p["processed_step"]) < _NEVER:
+                patch["processed_step"] = _NEVER
+            patches[str(o.uuid)] = patch
+        return patches
+
+    def _begin(self, user: _User) -> int:
+        k = user.committed + 1
+        self._put_user(replace(user, pending=k))
+        return k
+
+    def _commit(self, user: _User, k: int, purge: bool = False, **changes: Any) -> None:
+        self._put_user(replace(user, committed=k, pending=0, **changes))
+        if purge:
+            self._purge(user, k)
+
+    def _purge(self, user: _User, k: int) -> None:
+        """Physically delete versions removed at or before step ``k`` (best effort)."""
+        for kind in ("episode", "semantic"):
+            try:
+                self._tc(kind, user).data.delete_many(where=self._f("gone").less_or_equal(k))
+            except self._w.Error:  # pragma: no cover - invisible leftovers, purged by a later step
+                pass
+
+    # ------------------------------------------------------------------ embedder
+    @_guarded
+    def check_embedder(self, name: str, dim: int) -> None:
+        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs."""
+        cfg = self._config() or {}
+        if not cfg.get("embedder"):
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"embedder": name, "dim": int(dim)})
+            return
+        if cfg["embedder"] != name or int(cfg.get("dim") or -1) != dim:
+            raise EmbedderMismatchError(
+                f"Weaviate collections '{self._names['meta'][:-4]}*' at {self.url} were built with embedder "
+                f"{cfg['embedder']!r} ({cfg.get('dim')}-d) but are opened with {name!r} ({dim}-d). Fix: configure "
+                "the original embedder, or use another collection prefix and re-ingest (vectors of different "
+                "models are not comparable).")
+
+    # ------------------------------------------------------------------ messages
+    @_guarded
+    def add_messages(self, user_id: str, messages: Sequence[Message]) -> list[StoredMessage]:
+        """Persist messages idempotently (same (user, id) → ignored); returns the newly stored ones."""
+        keyed: dict[str, Message] = {}
+        for m in messages:
+            keyed.setdefault(message_key(m), m)  # a repeated id inside the batch: the first one wins
+        user = self._ensure_user(user_id)  # as SQLite: even an empty batch makes the user known
+        if not keyed:
+            return []
+        coll = self._tc("message", user)
+        known = {o.properties["mid"] for o in self._by_uuids(coll, [_uid("msg", user_id, k) for k in keyed])}
+        fresh = [(key, m) for key, m in keyed.items() if key not in known]
+        if not fresh:
+            return []
+        seq = self._max_seq(coll) + 1
+        objects, added = [], []
+        for key, m in fresh:
+            props = {"user_id": user_id, "mid": key, "seq": seq, "speaker": m.speaker, "content": m.content,
+                     "ts": m.timestamp.isoformat(), "ep": "", "prev_ep": "", "ep_step": 0, "processed_step": _NEVER}
+            objects.append(self._w.DataObject(properties=props, uuid=_uid("msg", user_id, key)))
+            added.append(StoredMessage(user_id=user_id, id=key, seq=seq, speaker=m.speaker, content=m.content,
+                                       timestamp=m.timestamp))
+            seq += 1
+        self._insert(coll, objects)
+        return added
+
+    def _max_seq(self, coll: Any) -> int:
+        res = coll.query.fetch_objects(limit=1, sort=self._w.Sort.by_property("seq", ascending=False),
+                                       return_properties=["seq"])
+        return int(res.objects[0].properties["seq"]) if res.objects else 0
+
+    @staticmethod
+    def _message(user_id: str, p: dict, n: int) -> StoredMessage:
+        ep = p.get("ep") if int(p.get("ep_step") or 0) <= n else p.get("prev_ep")
+        return StoredMessage(user_id=user_id, id=p["mid"], seq=int(p["seq"]), speaker=p["speaker"],
+                             content=p["content"], timestamp=datetime.fromisoformat(p["ts"]), episode_id=ep or None)
+
+    @_guarded
+    def pending_messages(self, user_id: str, limit: int | None = None) -> list[StoredMessage]:
+        """Messages not yet processed into an episode, in arrival order (at most ``limit``)."""
+        user = self._user(user_id)
+        if user is None or limit == 0:
+            return []
+        n, coll = user.committed, self._tc("message", user)
+        if limit is not None and limit > 0:
+            res = coll.query.fetch_objects(filters=self._f("processed_step").greater_than(n), limit=int(limit),
+                                           sort=self._w.Sort.by_property("seq", ascending=True))
+            objs = res.objects
+        else:
+            objs = self._scan(coll, lambda p: int(p["processed_step"]) > n)
+        return sorted((self._message(user_id, o.properties, n) for o in objs), key=lambda m: m.seq)
+
+    @_guarded
+    def get_messages(self, user_id: str, ids: Sequence[str]) -> list[StoredMessage]:
+        """Messages by id in the given order; unknown ids are skipped."""
+        user = self._user(user_id)
+        return [] if user is None or not ids else self._get_messages(user, ids)
+
+    def _get_messages(self, user: _User, ids: Sequence[str]) -> list[StoredMessage]:
+        objs = self._by_uuids(self._tc("message", user), [_uid("msg", user.user_id, i) for i in ids])
+        found = {o.properties["mid"]: self._message(user.user_id, o.properties, user.committed) for o in objs}
+        return [found[i] for i in ids if i in found]
+
+    # ------------------------------------------------------------------ episodes
+    def _episode_object(self, user_id: str, ep: Episode, k: int) -> Any:
+        props = {"user_id": user_id, "eid": ep.id, "cue": ep.cue, "narrative": ep.narrative,
+                 "message_ids": json.dumps(list(ep.message_ids)), "start_ts": ep.start.isoformat(),
+                 "end_ts": ep.end.isoformat(), "supersedes": json.dumps(list(ep.supersedes)),
+                 "created_at": ep.created_at.isoformat(), "window_idx": int(ep.window), "born": k, "died": _NEVER,
+                 "gone": _NEVER, "distilled_step": k if ep.distilled else _NEVER}
+        vector = {_VEC: _unit(ep.vector)} if len(ep.vector) else None
+        return self._w.DataObject(properties=props, uuid=_uid("episode", user_id, ep.id, k), vector=vector)
+
+    def _episodes(self, user: _User, objs: Sequence[Any]) -> list[Episode]:
+        """Episodes of live versions, with their raw messages (one message fetch for all)."""
+        mids = {o.uuid: json.loads(o.properties["message_ids"]) for o in objs}
+        msgs = {m.id: m for m in self._get_messages(user, [i for ids in mids.values() for i in ids])}
+        out = []
+        for o in objs:
+            p, ids = o.properties, mids[o.uuid]
+            out.append(Episode(
+                id=p["eid"], user_id=user.user_id, cue=p["cue"], narrative=p["narrative"], message_ids=ids,
+                messages=[msgs[i] for i in ids if i in msgs], start=datetime.fromisoformat(p["start_ts"]),
+                end=datetime.fromisoformat(p["end_ts"]), vector=list((o.vector or {}).get(_VEC, [])),
+                supersedes=json.loads(p["supersedes"]), created_at=datetime.fromisoformat(p["created_at"]),
+                window=int(p["window_idx"]), distilled=int(p["distilled_step"]) <= user.committed))
+        return out
+
+    def _live_versions(self, user: _User, kind: str, ids: Sequence[str], vectors: bool = False) -> list:
+        return self._by_key(self._tc(kind, user), "eid", ids, self._live(user.committed), vectors) if ids else []
+
+    @_guarded
+    def next_window(self, user_id: str) -> int:
+        """The window index the next ``commit_window`` should use (0 for a new user)."""
+        user = self._user(user_id)
+        return user.next_window if user else 0
+
+    @_guarded
+    def commit_window(self, user_id: str, window: int, episodes: Sequence[Episode],
+                      superseded: Sequence[str]) -> None:
+        """Atomically (one step): supersede old episodes, insert ``episodes``, assign + process their messages.
+
+        Raises:
+            StoreError: ``window`` was already committed (a replay after a crash must recompute it).
+        """
+        existing = self._user(user_id)
+        expected = existing.next_window if existing else 0
+        if window != expected:
+            raise StoreError(f"window {window} of user {user_id!r} is stale (next is {expected}); "
+                             "Fix: re-read pending messages and recompute the window.")
+        user = self._writable_user(user_id)
+        k = user.committed + 1
+        unique = list({ep.id: ep for ep in episodes}.values())  # a repeated id: the last one wins, as in SQLite
+        new = [self._episode_object(user_id, ep, k) for ep in unique]
+        kills = self._kills(user, "episode", k, superseded, [ep.id for ep in unique])
+        assigns = self._assignments(user, episodes, k)
+        self._begin(user)
+        self._patch(self._tc("episode", user), kills)
+        self._insert(self._tc("episode", user), new)
+        self._patch(self._tc("message", user), assigns)
+        self._commit(user, k, purge=any("gone" in p for p in kills.values()), next_window=window + 1)
+
+    def _kills(self, user: _User, kind: str, k: int, dead: Sequence[str], replaced: Sequence[str]) -> dict:
+        """Patches ending the live versions of ``dead`` ids (superseded) and every kept version of
+        ``replaced`` ids (overwritten, as SQLite's INSERT OR REPLACE does)."""
+        n, patches = user.committed, {}
+        for o in self._live_versions(user, kind, list(dead)):
+            patches[str(o.uuid)] = {"died": k}
+        kept = self._by_key(self._tc(kind, user), "eid", replaced, self._f("gone").greater_than(n)) if replaced else []
+        for o in kept:
+            patches[str(o.uuid)] = {"gone": k, **({"died": k} if int(o.properties["died"]) > n else {})}
+        return patches
+
+    def _assignments(self, user: _User, episodes: Sequence[Episode], k: int) -> dict[str, dict[str, Any]]:
+        """Patches assigning each message to its (last) new episode and marking it processed at step k."""
+        target = {mid: ep.id for ep in episodes for mid in ep.message_ids}
+        objs = self._by_uuids(self._tc("message", user), [_uid("msg", user.user_id, m) for m in target])
+        patches = {}
+        for o in objs:
+            p = o.properties
+            patch = {"prev_ep": p.get("ep") or "", "ep": target[p["mid"]], "ep_step": k}
+            if int(p["processed_step"]) > user.committed:
+                patch["processed_step"] = k
+            patches[str(o.uuid)] = patch
+        return patches
+
+    @_guarded
+    def get_episode(self, user_id: str, episode_id: str) -> Episode:
+        """One live episode with raw messages. Raises ``NotFoundError``."""
+        user = self._user(user_id)
+        objs = self._live_versions(user, "episode", [episode_id], vectors=True) if user else []
+        if not objs:
+            raise NotFoundError(f"no live episode {episode_id!r} for user {user_id!r}. "
+                                "Fix: list ids with Memory.list_episodes(user_id).")
+        return self._episodes(user, objs[:1])[0]
+
+    def _scan_live(self, user: _User, kind: str, extra: Callable[[dict], bool] = lambda p: True) -> list:
+        n = user.committed
+        return self._scan(self._tc(kind, user), lambda p: int(p["born"]) <= n < int(p["died"]) and extra(p),
+                          vectors=True)
+
+    @_guarded
+    def list_episodes(self, user_id: str) -> list[Episode]:
+        """All live episodes, by start time then id, with raw messages."""
+        user = self._user(user_id)
+        if user is None:
+            return []
+        eps = self._episodes(user, self._scan_live(user, "episode"))
+        return sorted(eps, key=lambda e: (e.start.isoformat(), e.id))
+
+    @_guarded
+    def delete_episode(self, user_id: str, episode_id: str) -> None:
+        """Delete one live episode (its messages stay processed, unassigned). Raises ``NotFoundError``."""
+        user = self._user(user_id)
+        if user is not None:
+            user = self._writable_user(user_id)
+        objs = self._live_versions(user, "episode", [episode_id]) if user else []
+        if not objs:
+            raise NotFoundError(f"no live episode {episode_id!r} for user {user_id!r}.")
+        k = user.committed + 1
+        mids = json.loads(objs[0].properties["message_ids"])
+        msgs = self._by_uuids(self._tc("message", user), [_uid("msg", user_id, m) for m in mids],
+                              filters=self._f("ep").equal(episode_id))
+        self._begin(user)
+        self._patch(self._tc("episode", user), {str(o.uuid): {"died": k, "gone": k} for o in objs})
+        self._patch(self._tc("message", user),
+                    {str(o.uuid): {"prev_ep": episode_id, "ep": "", "ep_step": k} for o in msgs})
+        self._commit(user, k, purge=True)
+
+    @_guarded
+    def episodes_to_distill(self, user_id: str) -> list[Episode]:
+        """Live, not-yet-distilled episodes, in window then start order."""
+        user = self._user(user_id)
+        if user is None:
+            return []
+        n = user.committed
+        eps = self._episodes(user, self._scan_live(user, "episode", lambda p: int(p["distilled_step"]) > n))
+        return sorted(eps, key=lambda e: (e.window, e.start.isoformat(), e.id))
+
+    # ------------------------------------------------------------------ search
+    def _nearest(self, coll: Any, vector: Sequence[float], top_k: int, filters: Any) -> list[tuple[Any, float]]:
+        """Exact top-k (object, score) by cosine, ties at the k-th distance resolved by id."""
+        if top_k <= 0:
+            return []
+        query, limit = _unit(vector), top_k + 1
+        while True:
+            objs = coll.query.near_vector(near_vector=query, target_vector=_VEC, limit=limit, filters=filters,
+                                          include_vector=True,
+                                          return_metadata=self._w.MetadataQuery(distance=True)).objects
+            if len(objs) < limit or objs[-1].metadata.distance > objs[top_k - 1].metadata.distance + _TIE_EPS:
+                break
+            limit *= 2  # the (k+1)-th is tied with the k-th: widen until the tie group is complete
+        scored = [(o, _score(o.metadata.distance)) for o in objs]
+        scored.sort(key=lambda t: (-t[1], t[0].properties["eid"]))
+        return scored[:top_k]
+
+    @_guarded
+    def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
+                        before_window: int | None = None) -> list[ScoredEpisode]:
+        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, if given)."""
+        user = self._user(user_id)
+        if user is None or top_k <= 0:
+            return []
+        filters = self._live(user.committed)
+        if before_window is not None:
+            filters = filters & self._f("window_idx").less_than(int(before_window))
+        hits = self._nearest(self._tc("episode", user), vector, top_k, filters)
+        episodes = self._episodes(user, [o for o, _ in hits])
+        return [ScoredEpisode(episode=e, score=s) for e, (_, s) in zip(episodes, hits)]
+
+    @_guarded
+    def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
+                        threshold: float | None = None) -> list[ScoredSemantic]:
+        """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1)."""
+        user = self._user(user_id)
+        if user is None or top_k <= 0:
+            return []
+        hits = self._nearest(self._tc("semantic", user), vector, top_k, self._live(user.committed))
+        return [ScoredSemantic(entry=self._entry(user_id, o), score=s) for o, s in hits
+                if threshold is None or s > threshold]
+
+    # ------------------------------------------------------------------ semantic
+    def _entry_object(self, user_id: str, e: SemanticEntry, k: int) -> Any:
+        props = {"user_id": user_id, "eid": e.id, "text": e.text, "sources": json.dumps(list(e.source_episode_ids)),
+                 "supersedes": json.dumps(list(e.supersedes)), "created_at": e.created_at.isoformat(), "born": k,
+                 "died": _NEVER, "gone": _NEVER}
+        vector = {_VEC: _unit(e.vector)} if len(e.vector) else None
+        return self._w.DataObject(properties=props, uuid=_uid("semantic", user_id, e.id, k), vector=vector)
+
+    @staticmethod
+    def _entry(user_id: str, o: Any) -> SemanticEntry:
+        p = o.properties
+        return SemanticEntry(id=p["eid"], user_id=user_id, text=p["text"], vector=list((o.vector or {}).get(_VEC, [])),
+                             source_episode_ids=json.loads(p["sources"]), supersedes=json.loads(p["supersedes"]),
+                             created_at=datetime.fromisoformat(p["created_at"]))
+
+    @_guarded
+    def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
+                            deletes: Sequence[str]) -> None:
+        """Atomically (one step) supersede ``deletes``, insert ``inserts`` and mark the episode distilled."""
+        user = self._writable_user(user_id)
+        k = user.committed + 1
+        unique = list({e.id: e for e in inserts}.values())  # a repeated id: the last one wins, as in SQLite
+        new = [self._entry_object(user_id, e, k) for e in unique]
+        kills = self._kills(user, "semantic", k, deletes, [e.id for e in unique])
+        distilled = {str(o.uuid): {"distilled_step": k} for o in self._live_versions(user, "episode", [episode_id])
+                     if int(o.properties["distilled_step"]) > user.committed}
+        self._begin(user)
+        self._patch(self._tc("semantic", user), kills)
+        self._insert(self._tc("semantic", user), new)
+        self._patch(self._tc("episode", user), distilled)
+        self._commit(user, k, purge=any("gone" in p for p in kills.values()))
+
+    @_guarded
+    def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:
+        """One live semantic entry. Raises ``NotFoundError``."""
+        user = self._user(user_id)
+        objs = self._live_versions(user, "semantic", [entry_id], vectors=True) if user else []
+        if not objs:
+            raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}. "
+                                "Fix: list ids with Memory.list_semantic(user_id).")
+        return self._entry(user_id, objs[0])
+
+    @_guarded
+    def list_semantic(self, user_id: str) -> list[SemanticEntry]:
+        """All live semantic entries, oldest first (created_at, then id)."""
+        user = self._user(user_id)
+        if user is None:
+            return []
+        entries = [self._entry(user_id, o) for o in self._scan_live(user, "semantic")]
+        return sorted(entries, key=lambda e: (e.created_at.isoformat(), e.id))
+
+    @_guarded
+    def delete_semantic(self, user_id: str, entry_id: str) -> None:
+        """Delete one live semantic entry. Raises ``NotFoundError``."""
+        user = self._user(user_id)
+        if user is not None:
+            user = self._writable_user(user_id)
+        objs = self._live_versions(user, "semantic", [entry_id]) if user else []
+        if not objs:
+            raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}.")
+        k = self._begin(user)
+        self._patch(self._tc("semantic", user), {str(o.uuid): {"died": k, "gone": k} for o in objs})
+        self._commit(user, k, purge=True)
+
+    # ------------------------------------------------------------------ users
+    @_guarded
+    def user_exists(self, user_id: str) -> bool:
+        """True if the user was ever written (and not deleted since)."""
+        return self._user(user_id) is not None
+
+    @_guarded
+    def list_users(self) -> list[str]:
+        """All user ids, sorted."""
+        users = self._scan(self._cols["meta"], lambda p: p.get("kind") == "user")
+        return sorted(o.properties["user_id"] for o in users)
+
+    @_guarded
+    def delete_user(self, user_id: str) -> None:
+        """Remove everything stored for the user: its commit record first, then its tenants."""
+        self._cols["meta"].data.delete_by_id(_uid("user", user_id))
+        self._drop_tenants(tenant_name(user_id))
+
+    @_guarded
+    def stats(self, user_id: str) -> dict[str, int]:
+        """Counts of messages, pending messages, live/superseded episodes, semantic entries, to-distill."""
+        keys = ("messages", "pending", "episodes", "superseded_episodes", "semantic", "to_distill")
+        user = self._user(user_id)
+        if user is None:
+            return dict.fromkeys(keys, 0)
+        n, live = user.committed, self._live(user.committed)
+        msg, ep, sem = (self._tc(k, user) for k in ("message", "episode", "semantic"))
+        return {
+            "messages": self._count(msg),
+            "pending": self._count(msg, self._f("processed_step").greater_than(n)),
+            "episodes": self._count(ep, live),
+            "superseded_episodes": self._count(ep, self._f("died").less_or_equal(n) & self._f("gone").greater_than(n)),
+            "semantic": self._count(sem, live),
+            "to_distill": self._count(ep, live & self._f("distilled_step").greater_than(n)),
+        }

@@ -1,0 +1,144 @@
+"""WeaviateStore checks that need no Weaviate server.
+
+The full ``MemoryStore`` contract runs against Weaviate in ``test_contract.py`` when
+``NEMORI_WEAVIATE_URL`` points at a live server; here: tenant naming, collection/uuid naming,
+configuration errors, the unreachable-server error and importing without the optional package.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.errors import ConfigError, StoreError
+from nemori_dspy.store import SQLiteStore, open_store
+from nemori_dspy.store import weaviate as wv
+from nemori_dspy.store.weaviate import WeaviateStore, collection_names, tenant_name
+
+#: Weaviate's tenant-name rule (server side): 1-64 of letters, digits, '-' and '_'.
+WEAVIATE_TENANT_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+HOSTILE = ["../../etc/passwd", "a b/c", "DROP TABLE", "x" * 10_000, "", " ", "a", "A", "a ", "a\x00",
+           "a\nb", "tenant-1", "u" + "a" * 52, "\u00e9", "e\u0301", "\u202eevil", "\ud800", "💥" * 40,
+           "Robert'); DROP TABLE users;--", "%2e%2e%2f", "con", "*", "x" * 9_999 + "y"]
+
+
+def _unused_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- tenant names
+@pytest.mark.parametrize("user_id", HOSTILE, ids=lambda u: repr(u[:20]))
+def test_tenant_name_is_safe_for_hostile_ids(user_id):
+    name = tenant_name(user_id)
+    assert WEAVIATE_TENANT_RE.fullmatch(name)
+    assert re.fullmatch(r"u[a-z2-7]{52}", name)  # the raw id never reaches the name
+    assert tenant_name(user_id) == name  # deterministic within a process
+
+
+def test_tenant_name_is_stable_across_processes():
+    # Pinned value: changing the encoding would orphan every stored tenant.
+    assert tenant_name("alice") == "ufpmansl7byak6gq7ymzi7j3dvetjoi6i3oh2yt4tv5y5wgdnn2ia"
+    out = subprocess.run([sys.executable, "-c", "from nemori_dspy.store.weaviate import tenant_name as t;"
+                          "print(t('../../etc/passwd'), t('x' * 10000))"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == [tenant_name("../../etc/passwd"), tenant_name("x" * 10_000)]
+
+
+def test_tenant_names_are_collision_free():
+    ids = HOSTILE + [f"user-{i}" for i in range(5_000)] + [uuid.uuid4().hex for _ in range(5_000)]
+    assert len(set(ids)) == len(ids)
+    assert len({tenant_name(u) for u in ids}) == len(ids)
+
+
+# --------------------------------------------------------------------------- other names
+def test_collection_names_use_the_prefix():
+    assert collection_names() == {"message": "NemoriMessage", "episode": "NemoriEpisode",
+                                  "semantic": "NemoriSemantic", "meta": "NemoriMeta"}
+    assert collection_names("nemoriTest_1")["meta"] == "NemoriTest_1Meta"
+
+
+@pytest.mark.parametrize("prefix", ["", "1abc", "../x", "a b", "Nemori-x", "_x", "x" * 500, None])
+def test_bad_prefix_is_a_config_error(prefix):
+    with pytest.raises(ConfigError, match="prefix"):
+        collection_names(prefix)
+
+
+def test_object_uuids_are_deterministic_and_unambiguous():
+    assert wv._uid("msg", "u1", "m1") == wv._uid("msg", "u1", "m1")
+    # parts never run together: ("a", "b/c") and ("a/b", "c") are different objects
+    assert wv._uid("msg", "a", "b/c") != wv._uid("msg", "a/b", "c")
+    assert wv._uid("msg", "ab", "c") != wv._uid("msg", "a", "bc")
+    assert wv._uid("episode", "u", "e", 1) != wv._uid("episode", "u", "e", 2)
+    uuid.UUID(wv._uid("msg", "x" * 10_000, "\ud800"))  # a valid uuid even for hostile ids
+
+
+# --------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("url", ["localhost:8080", "ftp://localhost:8080", "http://", ""])
+def test_malformed_url_is_a_config_error(url):
+    with pytest.raises(ConfigError, match="NEMORI_WEAVIATE_URL"):
+        WeaviateStore(url)
+
+
+def test_unreachable_server_is_a_store_error_with_the_fix():
+    url = f"http://127.0.0.1:{_unused_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(StoreError) as exc:
+        WeaviateStore(url, grpc_port=_unused_port(), timeout_s=2, init_timeout_s=2)
+    assert time.monotonic() - t0 < 15
+    msg = str(exc.value)
+    assert url in msg
+    assert "docker run" in msg and "semitechnologies/weaviate" in msg
+    assert "NEMORI_STORE=sqlite" in msg
+
+
+def test_module_imports_without_the_weaviate_package():
+    code = ("import sys; sys.modules['weaviate'] = None\n"
+            "import nemori_dspy.store\n"
+            "from nemori_dspy.store.weaviate import WeaviateStore, tenant_name\n"
+            "assert tenant_name('a')\n"
+            "from nemori_dspy.errors import ConfigError\n"
+            "try:\n    WeaviateStore('http://127.0.0.1:9')\n"
+            "except ConfigError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'nemori-dspy[weaviate]'" in out.stdout
+
+
+# --------------------------------------------------------------------------- wiring
+def test_open_store_builds_the_configured_backend(tmp_path, monkeypatch):
+    s = open_store(NemoriSettings(store="sqlite"), tmp_path / "m.db")
+    assert isinstance(s, SQLiteStore)
+    s.close()
+    with pytest.raises(ConfigError, match="NEMORI_WEAVIATE_URL"):
+        open_store(NemoriSettings(store="weaviate", weaviate_url=None))
+
+    made = {}
+
+    class Recorder:
+        def __init__(self, url, prefix):
+            made.update(url=url, prefix=prefix)
+
+    monkeypatch.setattr("nemori_dspy.store.WeaviateStore", Recorder)
+    settings = NemoriSettings(store="weaviate", weaviate_url="http://localhost:8080")
+    open_store(settings, tmp_path / "memory" / "3fa9c1 ..;x.sqlite3")
+    assert made["url"] == "http://localhost:8080"
+    assert made["prefix"] == "Nemori_3fa9c1____x"
+    collection_names(made["prefix"])  # a valid prefix
+    open_store(settings)
+    assert made["prefix"] == "Nemori"
+
+
+def test_open_store_unreachable_weaviate_is_a_store_error():
+    url = f"http://127.0.0.1:{_unused_port()}"
+    with pytest.raises(StoreError, match=re.escape(url)):
+        open_store(NemoriSettings(store="weaviate", weaviate_url=url))
