@@ -118,6 +118,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     from .store import open_store
 
     settings = _settings(args)
+    logging.getLogger(__name__).info("resolved config (secrets removed): %s", settings.public_dict())
     systems = parse_systems(args.system)
     data = resolve_dataset(args.data)
     ids = [s.strip() for s in args.conversations.split(",")] if args.conversations else None

@@ -6,11 +6,45 @@ instructions are our reconstruction from its description of each prompt.
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any
 
 import dspy
 
-__all__ = ["AnticipateEpisode", "DistillPredictionError", "ConsolidateKnowledge", "DistillDirect"]
+__all__ = ["AnticipateEpisode", "DistillPredictionError", "ConsolidateKnowledge", "DistillDirect",
+           "ConsolidationAction"]
+
+_LEADING_ACTION = re.compile(r"\s*[\"'`]?\s*(new|merge|conflict)\b", re.IGNORECASE)
+
+
+def _leading_action(value: Any) -> Any:
+    """Repair a reply whose action word is followed by chatter (small models echo the format note,
+    e.g. ``"new   # note: the value you produce must ..."``): keep the leading keyword. Anything that
+    does not *start* with new/merge/conflict is left for pydantic to reject (and the stage to retry)."""
+    if isinstance(value, str):
+        m = _LEADING_ACTION.match(value)
+        if m:
+            return m.group(1).lower()
+    return value
+
+
+class ConsolidationAction(str):
+    """P_con's decision: ``"new"`` | ``"merge"`` | ``"conflict"`` (a plain ``str`` once parsed).
+
+    A ``str`` subclass with its own pydantic schema (the Literal plus ``_leading_action`` before it)
+    rather than ``Annotated[Literal[...], ...]``: pydantic moves Annotated metadata off a field's
+    annotation, DSPy parses replies with the annotation alone, and DSPy's signature state loader only
+    accepts classes. JSON schema: ``{"enum": ["new", "merge", "conflict"], "type": "string"}``.
+    """
+
+    CHOICES = ("new", "merge", "conflict")
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(
+            _leading_action, core_schema.literal_schema(list(cls.CHOICES)))
 
 
 class AnticipateEpisode(dspy.Signature):
@@ -51,7 +85,7 @@ class ConsolidateKnowledge(dspy.Signature):
 
     insight: str = dspy.InputField(desc="the new insight, one sentence")
     existing_entries: str = dspy.InputField(desc="numbered similar entries '[i] text'; may say '(none)'")
-    action: Literal["new", "merge", "conflict"] = dspy.OutputField(desc="new, merge or conflict")
+    action: ConsolidationAction = dspy.OutputField(desc="new, merge or conflict")
     targets: list[int] = dspy.OutputField(desc="numbers of the affected existing entries; [] for new")
     merged_text: str = dspy.OutputField(desc="for merge: the unified statement; otherwise empty")
 

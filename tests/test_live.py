@@ -1,7 +1,8 @@
 """One short live smoke through the real llama.cpp server and the 0.5B model (opt in: --live).
 
 Checks invariants, not answer quality: messages ingested into exactly one episode each, a question
-answered, usage recorded per stage, the server stopped afterwards.
+answered, usage recorded per stage, the server stopped afterwards; plus issue 4's date case (a
+relative date in a message becomes an absolute one in the narrative). One server serves the module.
 """
 
 from __future__ import annotations
@@ -26,23 +27,45 @@ TURNS = [
 ]
 
 
-def test_live_ingest_and_answer(tmp_path):
-    settings = NemoriSettings(model="local", local_model_size="0.5b", window_size=20, max_tokens=256,
-                              cache=False, _env_file=None)
-    rt = build_runtime(settings, configure=False)
-    try:
-        with dspy.context(lm=rt.lm, adapter=dspy.ChatAdapter()):
-            mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
-            mem.add_messages("caroline", [{"speaker": s, "content": c, "timestamp": t, "id": f"D1:{i}"}
-                                          for i, (s, c, t) in enumerate(TURNS, 1)])
-            report = mem.flush("caroline")
-            res = mem.answer("caroline", "What did Caroline attend?")
-    finally:
-        rt.close()
+SETTINGS = dict(model="local", local_model_size="0.5b", window_size=20, max_tokens=256, cache=False)
+
+
+@pytest.fixture(scope="module")
+def live():
+    rt = build_runtime(NemoriSettings(**SETTINGS, _env_file=None), configure=False)
+    yield rt
+    rt.close()
+    assert rt.server is None
+
+
+def test_live_ingest_and_answer(tmp_path, live):
+    settings = live.settings
+    LEDGER.reset()
+    with dspy.context(lm=live.lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
+        mem.add_messages("caroline", [{"speaker": s, "content": c, "timestamp": t, "id": f"D1:{i}"}
+                                      for i, (s, c, t) in enumerate(TURNS, 1)])
+        report = mem.flush("caroline")
+        res = mem.answer("caroline", "What did Caroline attend?")
     ids = [m for ep in mem.list_episodes("caroline") for m in ep.message_ids]
     assert sorted(ids) == ["D1:1", "D1:2", "D1:3", "D1:4"], report
     assert isinstance(res.answer, str) and res.answer
     usage = LEDGER.snapshot()
     assert usage["narrate"].calls >= 1 and usage["narrate"].input_tokens > 0
     assert usage["answer"].calls == 1 and res.usage.output_tokens > 0
-    assert rt.server is None
+
+
+def test_live_relative_date_becomes_absolute_in_the_narrative(tmp_path, live):
+    """Issue 4 case 2: "went to Paris last week", said on 2023-05-24 → the narrative places it in May 2023."""
+    with dspy.context(lm=live.lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), live.settings)
+        mem.add_messages("jon", [
+            {"speaker": "Jon", "content": "I went to Paris last week, the Louvre was amazing!",
+             "timestamp": "2023-05-24T10:00:00", "id": "p1"},
+            {"speaker": "Gina", "content": "Wow, Paris! What was your favourite painting?",
+             "timestamp": "2023-05-24T10:01:00", "id": "p2"}])
+        mem.flush("jon")
+    episodes = mem.list_episodes("jon")
+    assert sorted(m for ep in episodes for m in ep.message_ids) == ["p1", "p2"]
+    text = " ".join(ep.narrative for ep in episodes)
+    assert "2023" in text and ("May" in text or "2023-05" in text), text

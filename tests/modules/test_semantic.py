@@ -115,6 +115,15 @@ def test_consolidation_conflict_deletes_targets_and_inserts_insight(tmp_path):
     assert "Caroline likes dogs." in live
 
 
+def test_action_followed_by_an_echoed_format_note_is_repaired_without_a_retry(tmp_path):
+    """Seen with the 0.5B model: the action word followed by the adapter's format note. The leading
+    keyword is kept (pydantic BeforeValidator on ``ConsolidationAction``); no retry, conflict applied."""
+    echo = "conflict        # note: the value you produce must exactly match (no extra characters) one of: new"
+    store, _, live = _consolidate(tmp_path, chat_reply(action=echo, targets=[2], merged_text=""))
+    assert "Caroline has no pets." not in live
+    assert live["Caroline adopted a dog named Rex in May 2023."].supersedes == ["s1"]
+
+
 @pytest.mark.parametrize("reply", [
     chat_reply(action="merge", targets=[7], merged_text="x"),      # target out of range
     chat_reply(action="conflict", targets=[], merged_text=""),     # conflict without targets
