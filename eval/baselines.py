@@ -9,6 +9,7 @@ import numpy as np
 
 from ..embedders import Embedder
 from ..formatting import clip
+from ..temporal import annotate_relative_dates
 from ..types import Message
 
 __all__ = ["render_turn", "full_context", "RagIndex", "CHARS_PER_TOKEN"]
@@ -17,12 +18,15 @@ __all__ = ["render_turn", "full_context", "RagIndex", "CHARS_PER_TOKEN"]
 CHARS_PER_TOKEN = 4
 
 
-def render_turn(m: Message) -> str:
-    """``[YYYY-MM-DD HH:MM] speaker: content``."""
-    return f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {m.content}"
+def render_turn(m: Message, resolve_dates: bool = False) -> str:
+    """``[YYYY-MM-DD HH:MM] speaker: content``; ``resolve_dates`` annotates relative dates as Nemori's
+    prompts do (``NemoriSettings.resolve_relative_dates``), so baselines and Nemori see the same turns."""
+    content = annotate_relative_dates(m.content, m.timestamp) if resolve_dates else m.content
+    return f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {content}"
 
 
-def full_context(messages: Sequence[Message], budget_chars: int) -> tuple[str, list[str], bool]:
+def full_context(messages: Sequence[Message], budget_chars: int,
+                 resolve_dates: bool = False) -> tuple[str, list[str], bool]:
     """The whole conversation, or — when it does not fit ``budget_chars`` — its most recent turns that do.
 
     Returns:
@@ -30,7 +34,7 @@ def full_context(messages: Sequence[Message], budget_chars: int) -> tuple[str, l
     """
     lines, ids, used = [], [], 0
     for m in reversed(messages):
-        line = render_turn(m)
+        line = render_turn(m, resolve_dates)
         if used + len(line) + 1 > budget_chars:
             return "\n".join(reversed(lines)), list(reversed(ids)), True
         lines.append(line)
@@ -56,8 +60,10 @@ class RagIndex:
     weakness of large-chunk RAG that the paper's numbers reflect.
     """
 
-    def __init__(self, embedder: Embedder, chunk_tokens: int = 4096, max_embed_chars: int = 4000) -> None:
+    def __init__(self, embedder: Embedder, chunk_tokens: int = 4096, max_embed_chars: int = 4000,
+                 resolve_dates: bool = False) -> None:
         self.embedder, self.chunk_chars, self.max_embed_chars = embedder, chunk_tokens * CHARS_PER_TOKEN, max_embed_chars
+        self.resolve_dates = resolve_dates
         self.chunks: dict[str, list[RagChunk]] = {}
 
     def build(self, user_id: str, messages: Sequence[Message]) -> int:
@@ -65,13 +71,13 @@ class RagIndex:
         groups: list[list[Message]] = [[]]
         size = 0
         for m in messages:
-            n = len(render_turn(m)) + 1
+            n = len(render_turn(m, self.resolve_dates)) + 1
             if groups[-1] and size + n > self.chunk_chars:
                 groups.append([])
                 size = 0
             groups[-1].append(m)
             size += n
-        texts = [clip("\n".join(render_turn(m) for m in g), self.chunk_chars) for g in groups if g]
+        texts = [clip("\n".join(render_turn(m, self.resolve_dates) for m in g), self.chunk_chars) for g in groups if g]
         vecs = np.asarray(self.embedder.embed([t[: self.max_embed_chars] for t in texts]), dtype=np.float32)
         self.chunks[user_id] = [RagChunk([m.id or "" for m in g], t, v) for g, t, v in zip(groups, texts, vecs)]
         return len(texts)

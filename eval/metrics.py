@@ -413,7 +413,8 @@ def answer_time_table(rows: list[dict], systems: list[str] | None = None) -> str
 
     Args:
         rows: ``results.jsonl`` rows (``eval/runner.py``): ``system``,
-            ``answer_input_tokens`` (prompt tokens of the answer call = context tokens),
+            ``context_tokens`` (tokens of the retrieved context; rows written before it
+            existed fall back to ``answer_input_tokens``, the answer call's prompt tokens),
             optional ``search_ms`` (retrieval wall time, ms) and ``total_ms`` (search +
             answer wall time, ms). Missing/``None`` values are skipped per column.
         systems: systems to show, in order; ``None`` → all, in order of appearance.
@@ -426,6 +427,7 @@ def answer_time_table(rows: list[dict], systems: list[str] | None = None) -> str
     body = []
     for system in systems:
         mine = [r for r in rows if _system(r) == system]
-        body.append([system, str(len(mine)), _mean_of(mine, "answer_input_tokens"),
+        key = "context_tokens" if any("context_tokens" in r for r in mine) else "answer_input_tokens"
+        body.append([system, str(len(mine)), _mean_of(mine, key),
                      _mean_of(mine, "search_ms"), _mean_of(mine, "total_ms")])
     return format_table(["system", "n", "context tokens", "search ms", "total ms"], body, key_cols=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConfigError
 from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES
 from .metrics import cost_table, format_table
 
@@ -59,12 +60,15 @@ def _latest_run(client: Any, experiment: str) -> Any:
     """The most recently started finished top-level run of ``experiment``."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        raise ValueError(f"no MLflow experiment named {experiment!r}")
+        raise ConfigError(f"no MLflow experiment named {experiment!r} in this tracking store. Fix: run "
+                          "`nemori-dspy eval locomo ...` first, or pass the --tracking-uri / --experiment the "
+                          "eval logged to (it prints them).")
     runs = client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
                               order_by=["attributes.start_time DESC"], max_results=200)
     top = [r for r in runs if _PARENT_TAG not in r.data.tags]
     if not top:
-        raise ValueError(f"no finished top-level run in MLflow experiment {experiment!r}")
+        raise ConfigError(f"no finished top-level run in MLflow experiment {experiment!r}. Fix: let an eval "
+                          "finish (or --resume it), or pass --run-id of the run to show.")
     return top[0]
 
 

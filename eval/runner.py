@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import dspy
+import litellm
 from tqdm.auto import tqdm
 
 from ..formatting import render_context
@@ -130,6 +131,8 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
         def one(conv: LoCoMoConversation) -> None:
             if provider.is_built(system, conv.sample_id):
                 out["reused"].append(f"{system.name}:{conv.sample_id}")
+                if opts.progress:
+                    tqdm.write(f"{system.name}:{conv.sample_id}: reusing memory built by an earlier run")
             else:
                 ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1)
                 out["seconds"] += ing["seconds"]
@@ -160,7 +163,8 @@ def _memory_context(system: System, memory: Memory, conv: LoCoMoConversation, qu
                           semantic=full.semantic if system.include_semantic else [])
     r = s.raw_episodes_top_r if system.include_raw else 0
     ranked = [sc.episode.message_ids for sc in result.episodes]
-    return render_context(result, r, s.max_message_chars, s.max_prompt_chars), ranked if result.episodes else None, ms
+    context = render_context(result, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+    return context, ranked if result.episodes else None, ms
 
 
 def _context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):
@@ -169,7 +173,7 @@ def _context(system: System, memory: Memory, conv: LoCoMoConversation, question:
     if system.context == "memory":
         return _memory_context(system, memory, conv, question)
     if system.context == "full":
-        text, ids, truncated = full_context(conv.messages, budget)
+        text, ids, truncated = full_context(conv.messages, budget, memory.settings.resolve_relative_dates)
         if truncated:
             LEDGER.count("full_context_truncated")
         return text, [ids], 0.0
@@ -178,6 +182,11 @@ def _context(system: System, memory: Memory, conv: LoCoMoConversation, question:
         chunks = rag.search(conv.sample_id, question, budget)
         return "\n\n".join(c.text for c in chunks), [c.ids for c in chunks], (time.perf_counter() - t0) * 1000
     return "", None, 0.0
+
+
+def _context_tokens(context: str) -> int:
+    """Tokens in the retrieved context (litellm's tokenizer), counted even when the answer call is a cache hit."""
+    return litellm.token_counter(text=context) if context else 0
 
 
 def _recall(ranked: list[list[str]] | None, evidence: list[str]) -> dict[str, float | None]:
@@ -206,6 +215,7 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
     return {"sample_id": q.sample_id, "index": q.index, "category": q.category,
             "category_name": CATEGORY_NAMES[q.category], "system": system.name, "question": q.question,
             "gold": q.answer, "answer": answer, "evidence": q.evidence, "context_chars": len(context),
+            "context_tokens": _context_tokens(context),
             "answer_input_tokens": usage.input_tokens, "answer_output_tokens": usage.output_tokens,
             "search_ms": round(search_ms, 1), "total_ms": round(total_ms, 1),
             **_recall(ranked, q.evidence), **_score(q, answer, judge)}
@@ -243,10 +253,12 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
     base = provider.memory(next((s for s in opts.systems if s.builds == "nemori"), opts.systems[0]))
     rag = None
     if any(s.context == "rag" for s in opts.systems):
-        rag = RagIndex(base.embedder)
+        rag = RagIndex(base.embedder, resolve_dates=base.settings.resolve_relative_dates)
         for conv in conversations:
             rag.build(conv.sample_id, conv.messages)
     skipped = len(ckpt.done)
+    if skipped and opts.progress:
+        tqdm.write(f"resuming: {skipped} answers already in {ckpt.path}; only the rest are asked")
     for conv in conversations:
         qs = [q for q in conv.questions if q.category in opts.categories][: opts.max_questions]
         for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):

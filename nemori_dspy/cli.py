@@ -25,6 +25,14 @@ _SETTING_FLAGS = ("model", "api_base", "gguf", "models_dir", "local_model_size",
                   "distillation", "n_threads", "n_ctx")
 
 
+def _setting_help(name: str) -> str:
+    """``--help`` text of a settings flag: the field's description, default and env var."""
+    from .config import NemoriSettings
+
+    field = NemoriSettings.model_fields[name]
+    return f"{field.description or name} (default: {field.default}; env NEMORI_{name.upper()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree: ``eval locomo``."""
     p = argparse.ArgumentParser(prog="nemori-dspy", description="Nemori long-term memory as a DSPy pipeline")
@@ -51,11 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
     lo.add_argument("-v", "--verbose", action="store_true")
     for name in _SETTING_FLAGS:
-        lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
+        lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
-    rp.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
-    rp.add_argument("--experiment", default="nemori-dspy")
+    rp.add_argument("--tracking-uri", help="default: $NEMORI_MLFLOW_TRACKING_URI, $MLFLOW_TRACKING_URI or "
+                                           "sqlite:///mlruns.db (the store eval logs to)")
+    rp.add_argument("--experiment", help="default: $NEMORI_MLFLOW_EXPERIMENT or nemori-dspy")
     return p
 
 
@@ -190,8 +199,12 @@ def _program_state(path: str | None) -> dict[str, Any] | None:
 def _report(args: argparse.Namespace) -> int:
     from .eval.report import report
 
-    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns.db"
-    print(report(uri, args.run_id, args.experiment))
+    from .config import NemoriSettings
+    from .eval.tracking import tracking_uri
+
+    settings = NemoriSettings()
+    uri = args.tracking_uri or tracking_uri(settings)
+    print(report(uri, args.run_id, args.experiment or settings.mlflow_experiment))
     return 0
 
 

@@ -8,7 +8,7 @@ point. Paper defaults (§4.1, Appendix C) carry descriptive names because the pa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -84,7 +84,7 @@ class NemoriSettings(BaseSettings):
     server_port: int | None = Field(default=None, description="port of the embedded server; None = a free one")
 
     # --- embedder
-    embedder: str = Field(default="all-MiniLM-L6-v2", description="'all-MiniLM-L6-v2' (local ONNX) or a litellm embedding model string")
+    embedder: str = Field(default="all-MiniLM-L6-v2", description="'all-MiniLM-L6-v2' (local, sentence-transformers), 'hashing-<dim>' (tests), or a litellm embedding model string")
     embedder_path: Path | None = Field(default=None, description="folder of the local MiniLM model (config.json, tokenizer.json, onnx/ or model.safetensors)")
 
     # --- store
@@ -110,6 +110,9 @@ class NemoriSettings(BaseSettings):
     raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
     distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")
     consolidation: bool = Field(default=True, description="False = append insights without P_con (Appendix A.2)")
+    resolve_relative_dates: bool = Field(default=True, description="write the absolute date next to 'last week', "
+                                         "'yesterday', … (from the message timestamp) in messages shown to P_nar, "
+                                         "P_dis and P_ans, so small models need not do date arithmetic (§3.2.2)")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
@@ -117,6 +120,14 @@ class NemoriSettings(BaseSettings):
     # --- tracking
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
     mlflow_experiment: str = Field(default="nemori-dspy")
+
+    @field_validator("episode_split_gap_hours", "association_max_gap_hours", mode="before")
+    @classmethod
+    def _off_words(cls, v: Any) -> Any:
+        """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""
+        if isinstance(v, str) and v.strip().lower() in {"", "null", "none", "off"}:
+            return None
+        return v
 
     @field_validator("stage_lms", "predictor_classes")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .temporal import annotate_relative_dates
 from .types import Episode, SearchResult, StoredMessage
 
 __all__ = ["render_messages", "render_numbered_messages", "render_episode", "render_candidates",
@@ -24,11 +25,18 @@ def per_message_chars(n: int, max_chars: int, budget: int | None) -> int:
     return max(200, min(max_chars, budget // n))
 
 
-def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000, budget: int | None = None) -> str:
+def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000, budget: int | None = None,
+                    resolve_dates: bool = False) -> str:
     """One line per message: ``[YYYY-MM-DD HH:MM] speaker: content``; each content clipped so that a
-    message has at most ``max_chars`` and all of them together about ``budget`` characters."""
+    message has at most ``max_chars`` and all of them together about ``budget`` characters. With
+    ``resolve_dates``, relative expressions get their absolute date appended (``temporal.py``)."""
     cap = per_message_chars(len(messages), max_chars, budget)
-    return "\n".join(f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, cap)}" for m in messages)
+
+    def content(m: StoredMessage) -> str:
+        text = clip(m.content, cap)
+        return annotate_relative_dates(text, m.timestamp) if resolve_dates else text
+
+    return "\n".join(f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {content(m)}" for m in messages)
 
 
 def render_numbered_messages(messages: Sequence[StoredMessage], max_chars: int = 4000,
@@ -59,9 +67,11 @@ def render_entries(texts: Sequence[str]) -> str:
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1)) or "(none)"
 
 
-def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, budget: int | None = None) -> str:
+def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, budget: int | None = None,
+                   resolve_dates: bool = False) -> str:
     """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts,
-    clipped to ``budget`` characters in all. Returns "" when nothing was retrieved.
+    clipped to ``budget`` characters in all. Returns "" when nothing was retrieved. ``resolve_dates`` as
+    in ``render_messages``.
     """
     parts: list[str] = []
     if result.episodes:
@@ -71,7 +81,7 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, 
     if raw:
         parts.append("Original messages of the top episodes:")
         for ep in raw:
-            parts.append(render_messages(ep.messages, max_chars))
+            parts.append(render_messages(ep.messages, max_chars, resolve_dates=resolve_dates))
     if result.semantic:
         parts.append("Known facts:")
         parts += [f"- {s.entry.text}" for s in result.semantic]

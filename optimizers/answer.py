@@ -54,7 +54,7 @@ def _context(memory: Memory, user_id: str, question: str) -> str:
     s = memory.settings
     r = s.raw_episodes_top_r if getattr(response, "include_raw", True) else 0
     return render_context(response.retrieve(user_id, question), r, s.max_message_chars,
-                          getattr(s, "max_prompt_chars", None))
+                          getattr(s, "max_prompt_chars", None), getattr(s, "resolve_relative_dates", False))
 
 
 def _example(context: str, q: LoCoMoQuestion) -> dspy.Example:

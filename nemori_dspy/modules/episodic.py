@@ -144,8 +144,9 @@ class EpisodicIntegration(dspy.Module):
 
     def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
         """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2)."""
-        pred = self.narrate(messages=render_messages(msgs, self.res.settings.max_message_chars,
-                                                              self.res.settings.max_prompt_chars))
+        s = self.res.settings
+        pred = self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
+                                                     s.resolve_relative_dates))
         cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "

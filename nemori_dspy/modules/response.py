@@ -46,8 +46,8 @@ class ResponseGeneration(dspy.Module):
         retrieved = self.retrieve(user_id, question) if use_memory else SearchResult()
         search_ms = (time.perf_counter() - t0) * 1000
         r = self.res.settings.raw_episodes_top_r if self.include_raw else 0
-        context = render_context(retrieved, r, self.res.settings.max_message_chars,
-                                 self.res.settings.max_prompt_chars)
+        s = self.res.settings
+        context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         pred = self.answer(context=context, question=question)
         return dspy.Prediction(answer=str(pred.answer).strip(), context=context, retrieved=retrieved,
                                search_ms=search_ms)

@@ -88,8 +88,8 @@ class SemanticDistillation(dspy.Module):
 
     def insights(self, user_id: str, episode: Episode) -> tuple[list[str], list[str]]:
         """K_in: prediction-error insights (§3.3.2), or direct ones for Nemori-s. Returns (insights, evoked)."""
-        msgs = render_messages(episode.messages, self.res.settings.max_message_chars,
-                               self.res.settings.max_prompt_chars)
+        s = self.res.settings
+        msgs = render_messages(episode.messages, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         if self.res.settings.distillation == "direct":
             return _clean_insights(self.direct_distill(episode_messages=msgs).insights), []
         evoked = self.evoke(user_id, episode)

@@ -309,3 +309,13 @@ def test_answer_time_table():
     # nemori: tokens (1000+3000)/2 = 2000, search (20+40)/2 = 30, total (900+1100)/2 = 1000
     assert lines[2].split() == ["nemori", "2", "2000.0", "30.0", "1000.0"]
     assert lines[3].split() == ["no-memory", "1", "100.0", "-", "300.0"]
+
+
+def test_answer_time_table_counts_context_tokens_even_for_cache_hits():
+    # A cached answer call reports 0 prompt tokens; the context itself still has its size.
+    rows = [
+        {"system": "rag-4096", "context_tokens": 500, "answer_input_tokens": 0, "total_ms": 40.0},
+        {"system": "rag-4096", "context_tokens": 700, "answer_input_tokens": 0, "total_ms": 60.0},
+    ]
+    lines = answer_time_table(rows, ["rag-4096"]).splitlines()
+    assert lines[2].split() == ["rag-4096", "2", "600.0", "-", "50.0"]

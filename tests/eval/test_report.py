@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from nemori_dspy.errors import ConfigError
+
 from nemori_dspy.eval.report import parse_metrics, report
 
 
@@ -73,5 +75,5 @@ def test_report_latest_run_with_child(tracked):
     assert next(l for l in lines if l.startswith("total")).split()[:6] == ["total", "8", "400", "100", "500", "100.0"]
     # an explicit run id picks that run
     assert "10.0" in report(uri, run_id=old) and "older" in report(uri, run_id=old)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="Fix:"):
         report(uri, experiment="missing")

@@ -39,6 +39,9 @@ def test_mini_run_covers_every_turn_and_writes_results(tmp_path, mini):
     rows = [json.loads(line) for line in (tmp_path / "run/results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 20 and {r["system"] for r in rows} == {"nemori", "no-memory"}
     assert {r["category"] for r in rows} == {1, 2, 3, 4}
+    # context size is measured on the context itself: none without memory, some with it
+    assert {r["context_tokens"] for r in rows if r["system"] == "no-memory"} == {0}
+    assert all(r["context_tokens"] > 0 for r in rows if r["system"] == "nemori")
     assert summary["scores"]["nemori"]["n.overall"] == 20
     # the scripted answerer says "7 May 2023" with memory and "I don't know" without
     assert summary["scores"]["nemori"]["f1.overall"] > summary["scores"]["no-memory"]["f1.overall"]

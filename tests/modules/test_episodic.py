@@ -77,6 +77,20 @@ def test_narration_prompt_carries_message_dates_not_today(tmp_path):
     narrate_inputs = [inp for name, inp in lm.prompts if name == "NarrateEpisode"]
     assert narrate_inputs and "2023-05-24" in narrate_inputs[0]["messages"]
     assert datetime.now().strftime("%Y-%m-%d") not in narrate_inputs[0]["messages"]
+    # the relative date is resolved for the model, so even a 0.5B narrator can copy it
+    assert "in the week of 17 May 2023 (last week)" in narrate_inputs[0]["messages"]
+
+
+def test_relative_date_resolution_can_be_turned_off(tmp_path):
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        settings = NemoriSettings(window_size=20, resolve_relative_dates=False)
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
+        mem.add_messages("u", [{"speaker": "Caroline", "content": "I went to Paris last week!",
+                                "timestamp": "2023-05-24T10:00:00"}])
+        mem.flush("u")
+    narrated = [inp["messages"] for name, inp in lm.prompts if name == "NarrateEpisode"]
+    assert narrated and "I went to Paris last week!" in narrated[0] and "May 2023" not in narrated[0]
 
 
 def test_merge_path_supersedes_the_earlier_episode(tmp_path):

@@ -1,0 +1,99 @@
+"""Relative time expressions ("last week", "yesterday", "3 days ago") resolved against a message's timestamp.
+
+The paper's narration and distillation prompts ask the LLM to turn relative dates into absolute ones
+(§3.2.2, Appendix D.1.2). Large models do; a 0.5B local model copies "last week" verbatim, so a memory
+built with it cannot answer LoCoMo's temporal questions. ``annotate_relative_dates`` writes the absolute
+date in place of each relative expression it recognises, keeping the original words in brackets —
+``in the week of 17 May 2023 (last week)`` — before the text reaches a prompt, so any model can copy it
+(measured with the 0.5B narrator: a trailing ``(= …)`` note was dropped, the absolute-first form was kept). The date arithmetic is ``dateparser``'s; this module
+only finds the expressions (``dateparser.search`` misses "last week" and reads "we"/"may" as dates).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from functools import lru_cache
+
+import dateparser
+
+__all__ = ["annotate_relative_dates", "resolve_relative_date"]
+
+_NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|couple of)"
+_UNIT = r"(?:day|week|month|year)s?"
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_PATTERN = re.compile(
+    r"\b(?:the day before yesterday|the day after tomorrow|yesterday|tomorrow|today|tonight|last night"
+    rf"|(?:last|next|this) (?:week|month|year|weekend|{_WEEKDAY})"
+    rf"|{_NUM} {_UNIT} ago|in {_NUM} {_UNIT})\b",
+    re.IGNORECASE,
+)
+_FEW = {"a few": "3", "a couple of": "2", "couple of": "2"}
+_PREPOSITION = re.compile(r"\b(?:since|until|till|from|by|before|after|in|on|of|at|during|for|to)\s*$", re.IGNORECASE)
+
+
+def _granularity(expr: str) -> str:
+    low = expr.lower()
+    for unit in ("weekend", "week", "month", "year"):
+        if unit in low:
+            return unit
+    return "day"
+
+
+@lru_cache(maxsize=4096)
+def _parse(expr: str, base: datetime) -> datetime | None:
+    settings = {"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past", "RETURN_AS_TIMEZONE_AWARE": False}
+    return dateparser.parse(expr, languages=["en"], settings=settings)
+
+
+def resolve_relative_date(expr: str, when: datetime) -> str | None:
+    """Absolute date meant by one relative expression said at ``when``, as text; None if not resolvable.
+
+    Granularity follows the expression: days → ``23 May 2023``; weeks and weekends → ``the week of
+    17 May 2023`` (the date ``when`` − 7 days for "last week"); months → ``June 2023``; years → ``2022``.
+    ``today``/``tonight`` resolve to the day of ``when``.
+
+    Args:
+        expr: a relative expression as matched in the text, e.g. ``"last week"``, ``"3 days ago"``.
+        when: timestamp of the message that contains it (naive or aware; the tz is dropped).
+    """
+    low = expr.lower()
+    for few, n in _FEW.items():
+        low = low.replace(few, n)
+    low = low.replace("weekend", "week")  # dateparser has no weekend; the week is the honest granularity
+    base = when.replace(tzinfo=None)
+    day = base if low in ("today", "tonight") else _parse(low, base)
+    if day is None:
+        return None
+    unit = _granularity(expr)
+    if unit in ("week", "weekend"):
+        return f"the week of {day.day} {day:%B %Y}"
+    if unit == "month":
+        return f"{day:%B %Y}"
+    if unit == "year":
+        return f"{day:%Y}"
+    return f"{day.day} {day:%B %Y}"
+
+
+def annotate_relative_dates(text: str, when: datetime) -> str:
+    """``text`` with every relative time expression replaced by ``<absolute date> (<expression>)``.
+
+    The absolute date gets "on" (days) or "in" (weeks, months, years) unless a preposition already
+    precedes it. Example: ``"I went to Paris last week"`` said at 2023-05-24 10:00 →
+    ``"I went to Paris in the week of 17 May 2023 (last week)"``. Text without such expressions comes
+    back unchanged; expressions that cannot be resolved are left as they are.
+
+    Args:
+        text: message content.
+        when: the message's timestamp.
+    """
+    def note(match: re.Match[str]) -> str:
+        expr = match.group(0)
+        absolute = resolve_relative_date(expr, when)
+        if absolute is None:
+            return expr
+        if not _PREPOSITION.search(text[: match.start()]):
+            absolute = ("on " if _granularity(expr) == "day" else "in ") + absolute
+        return f"{absolute} ({expr})"
+
+    return _PATTERN.sub(note, text)
