@@ -51,7 +51,20 @@ def parse_metrics(metrics: dict[str, float], default_system: str) -> tuple[Score
 
 
 def _client(tracking_uri: str) -> Any:
+    """An MlflowClient; a ``sqlite:///`` URI whose file does not exist is an error (not a new empty store).
+
+    Raises:
+        ConfigError: the SQLite tracking file is missing.
+    """
+    from pathlib import Path
+
     from mlflow.tracking import MlflowClient
+
+    if tracking_uri.startswith("sqlite:///"):
+        path = Path(tracking_uri.removeprefix("sqlite:///"))
+        if not path.exists():
+            raise ConfigError(f"no MLflow store at {path.resolve()}. Fix: run `nemori-dspy eval locomo` from this "
+                              "folder first, or pass --tracking-uri (e.g. sqlite:////abs/path/mlruns.db).")
 
     return MlflowClient(tracking_uri=tracking_uri)
 

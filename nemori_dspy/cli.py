@@ -95,12 +95,12 @@ def resolve_dataset(path: str | None) -> Path:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from .config import NemoriSettings
+    from .config import load_settings
 
     overrides = {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
     if args.no_cache:
         overrides["cache"] = False
-    return NemoriSettings(**overrides)
+    return load_settings(**overrides)
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
@@ -199,10 +199,10 @@ def _program_state(path: str | None) -> dict[str, Any] | None:
 def _report(args: argparse.Namespace) -> int:
     from .eval.report import report
 
-    from .config import NemoriSettings
+    from .config import load_settings
     from .eval.tracking import tracking_uri
 
-    settings = NemoriSettings()
+    settings = load_settings()
     uri = args.tracking_uri or tracking_uri(settings)
     print(report(uri, args.run_id, args.experiment or settings.mlflow_experiment))
     return 0

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["NemoriSettings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS"]
+__all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -149,3 +149,23 @@ class NemoriSettings(BaseSettings):
         d = self.model_dump(mode="json", exclude={"api_key"})
         d["api_key_set"] = self.api_key is not None
         return d
+
+
+def load_settings(**overrides: Any) -> NemoriSettings:
+    """``NemoriSettings`` from the environment / ``.env`` plus ``overrides``, with errors a user can act on.
+
+    Raises:
+        ConfigError: a value is invalid; the message names each field with its env var,
+            the value given, what is allowed, and ends with ``Fix:``.
+    """
+    from .errors import ConfigError
+
+    try:
+        return NemoriSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"{name} (env NEMORI_{name.upper()}): {err['msg']}; got {err.get('input')!r}")
+        raise ConfigError("invalid settings:\n  " + "\n  ".join(lines) + "\nFix: change the value in the "
+                          "environment, .env or the matching CLI flag (`nemori-dspy eval locomo --help`).") from None

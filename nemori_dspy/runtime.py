@@ -96,13 +96,18 @@ def build_runtime(settings: NemoriSettings, configure: bool = True) -> Runtime:
     stage_lms = {name: make_lm(settings, o.model, settings.api_base) for name, o in settings.stage_lms.items()
                  if o.model}
     judge, judge_server = lm, None
-    if settings.judge_model and settings.judge_model.startswith("local:"):
+    same_local = (server is not None and not settings.gguf
+                  and settings.judge_model == f"local:{settings.local_model_size}")
+    if same_local:
+        pass  # the judge is the answer model: one server serves both
+    elif settings.judge_model and settings.judge_model.startswith("local:"):
         judge_server = _start_local(settings.model_copy(update={"local_model_size": settings.judge_model[6:],
                                                                 "gguf": None, "server_port": None}))
         judge = make_lm(settings, judge_server.model, judge_server.api_base, "sk-local")
     elif settings.judge_model:
         judge = make_lm(settings, settings.judge_model, settings.api_base)
-    judge_label = (f"local:{judge_server.model_path.name}" if judge_server else settings.judge_model or label)
+    judge_label = (f"local:{judge_server.model_path.name}" if judge_server
+                   else label if same_local else settings.judge_model or label)
     rt = Runtime(settings=settings, lm=lm, judge_lm=judge, stage_lms=stage_lms, server=server, model_label=label,
                  judge_server=judge_server, judge_label=judge_label)
     if configure:

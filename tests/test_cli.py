@@ -123,3 +123,17 @@ def test_api_key_never_reaches_logs_files_or_mlflow(tmp_path, scripted_runtime, 
     assert any(p.name == "mlflow.db" for p in files) and log_file.stat().st_size > 0
     leaked = [str(p) for p in files if CANARY.encode() in p.read_bytes()]
     assert leaked == []
+
+
+def test_invalid_setting_fails_fast_naming_field_env_var_and_fix(monkeypatch, capsys):
+    def no_model(*a, **k):  # an invalid setting must be caught before any model is loaded
+        raise AssertionError("runtime built despite an invalid setting")
+
+    monkeypatch.setattr(runtime, "build_runtime", no_model)
+    assert main(["eval", "locomo", "--local-model-size", "3b", "--data", "x.json"]) == 2
+    err = capsys.readouterr().err
+    assert "local_model_size (env NEMORI_LOCAL_MODEL_SIZE)" in err and "'3b'" in err and "Fix:" in err
+    assert "Traceback" not in err
+    monkeypatch.setenv("NEMORI_WINDOW_SIZE", "0")
+    assert main(["eval", "locomo", "--data", "x.json"]) == 2
+    assert "window_size (env NEMORI_WINDOW_SIZE)" in capsys.readouterr().err

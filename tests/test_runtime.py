@@ -38,3 +38,47 @@ def test_key_not_in_settings_repr_dump_or_saved_program(tmp_path):
     assert "gpt-4o-mini" in text  # the stage LM state is saved with the program...
     assert CANARY not in text  # ...without its key
     store.close()
+
+
+class _FakeServer:
+    def __init__(self, size: str) -> None:
+        from pathlib import Path
+
+        self.model, self.api_base = "openai/local", "http://127.0.0.1:1/v1"
+        self.model_path = Path(f"qwen-{size}.gguf")
+
+    def stop(self) -> None:
+        pass
+
+
+def _count_servers(monkeypatch) -> list[str]:
+    import nemori_dspy.runtime as runtime
+
+    started: list[str] = []
+
+    def fake_start(settings):
+        started.append(settings.local_model_size)
+        return _FakeServer(settings.local_model_size)
+
+    monkeypatch.setattr(runtime, "_start_local", fake_start)
+    return started
+
+
+def test_a_local_judge_of_the_answer_models_size_shares_its_server(monkeypatch):
+    from nemori_dspy.runtime import build_runtime
+
+    started = _count_servers(monkeypatch)
+    rt = build_runtime(NemoriSettings(model="local", local_model_size="1.5b", judge_model="local:1.5b",
+                                      _env_file=None), configure=False)
+    assert started == ["1.5b"] and rt.judge_lm is rt.lm and rt.judge_server is None
+    assert rt.judge_label == "local:qwen-1.5b.gguf"
+
+
+def test_a_local_judge_of_another_size_gets_its_own_server(monkeypatch):
+    from nemori_dspy.runtime import build_runtime
+
+    started = _count_servers(monkeypatch)
+    rt = build_runtime(NemoriSettings(model="local", local_model_size="0.5b", judge_model="local:1.5b",
+                                      _env_file=None), configure=False)
+    assert started == ["0.5b", "1.5b"] and rt.judge_lm is not rt.lm
+    assert rt.judge_label == "local:qwen-1.5b.gguf"

@@ -77,3 +77,10 @@ def test_report_latest_run_with_child(tracked):
     assert "10.0" in report(uri, run_id=old) and "older" in report(uri, run_id=old)
     with pytest.raises(ConfigError, match="Fix:"):
         report(uri, experiment="missing")
+
+
+def test_report_on_a_missing_sqlite_store_errors_without_creating_it(tmp_path):
+    missing = tmp_path / "mlruns.db"
+    with pytest.raises(ConfigError, match="no MLflow store at .*Fix:"):
+        report(f"sqlite:///{missing}")
+    assert not missing.exists()
