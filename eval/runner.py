@@ -277,6 +277,7 @@ def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | 
         "scores": _aggregate(rows, metrics, systems),
         "usage": {k: v.model_dump() for k, v in LEDGER.snapshot().items()},
         "construction_usage": {k: v.model_dump() for k, v in construction.items()},
+        "embedding_usage": LEDGER.embedding_summary(),
         "counters": dict(LEDGER.counters), "coverage": built["coverage"], "parked": built["parked"],
         "reused_memory": built["reused"], "ingest_seconds": round(built["seconds"], 1),
         "resumed_answers": skipped, "systems": systems,

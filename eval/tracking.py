@@ -105,6 +105,7 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
         for stage, usage in summary["usage"].items():
             metrics.update({f"cost.{stage}.{k}": float(v) for k, v in usage.items()})
         metrics.update({f"counter.{k}": float(v) for k, v in summary["counters"].items()})
+        metrics.update({f"embedding.{k}": float(v) for k, v in (summary.get("embedding_usage") or {}).items()})
         metrics["ingest_seconds"] = float(summary["ingest_seconds"])
         mlflow.log_metrics(metrics)
         mlflow.log_dict({k: json.loads(signature_text(v)) for k, v in SIGNATURES.items()}, "prompts.json")

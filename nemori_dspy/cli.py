@@ -216,6 +216,11 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
     print(cost_table(summary["construction_usage"], CONSTRUCTION_STAGES, local=local))
     print("\nAll LLM usage per stage (construction + answering + judge), with cache hits and seconds:")
     print(summary["usage_table"])
+    e = summary.get("embedding_usage")
+    if e:
+        price = f"${e['cost_usd']:.4f}" if e["cost_usd"] else "$0 (local or unpriced)"
+        print(f"Embedding calls (apart from LLM calls): {e['calls']} calls, {e['texts']} texts, "
+              f"{e['tokens']} tokens, {e['seconds']:.1f} s, {price}")
     print("\nAnswer time per system (Table 4 layout):")
     print(answer_time_table(summary["rows"], summary["systems"]))
     print("\nScores ×100 per category with 95% CI (n = questions):")

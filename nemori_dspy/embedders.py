@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from .errors import ConfigError
+from .usage import embedding_call
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import NemoriSettings
@@ -101,10 +102,11 @@ class HashingEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; returns float32 ``(len(texts), dim)``, rows L2-normalised (empty text → zero row)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for tok in _WORD.findall(t.lower()):
-                j, s = self._bucket(tok)
-                out[i, j] += s
+        with embedding_call(len(texts)):
+            for i, t in enumerate(texts):
+                for tok in _WORD.findall(t.lower()):
+                    j, s = self._bucket(tok)
+                    out[i, j] += s
         return l2_normalize(out) if len(texts) else out
 
     def __repr__(self) -> str:
@@ -184,13 +186,14 @@ class SentenceTransformerEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.truncated += self._count_truncated(texts)
-        vecs = self._model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        with embedding_call(len(texts)):
+            vecs = self._model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(vecs, dtype=np.float32)
 
     def __repr__(self) -> str:
@@ -272,12 +275,15 @@ class LiteLLMEmbedder:
         if self.dimensions:
             kw["dimensions"] = self.dimensions
         rows: list[list[float]] = []
-        for i in range(0, len(texts), self.batch_size):
-            # Most providers reject empty strings; a single space embeds "nothing".
-            batch = [t if t.strip() else " " for t in texts[i : i + self.batch_size]]
-            resp = litellm.embedding(input=batch, **kw)
-            data = sorted(resp.data, key=lambda d: _get(d, "index", 0))
-            rows.extend(_get(d, "embedding") for d in data)
+        with embedding_call(len(texts)) as used:
+            for i in range(0, len(texts), self.batch_size):
+                # Most providers reject empty strings; a single space embeds "nothing".
+                batch = [t if t.strip() else " " for t in texts[i : i + self.batch_size]]
+                resp = litellm.embedding(input=batch, **kw)
+                data = sorted(resp.data, key=lambda d: _get(d, "index", 0))
+                rows.extend(_get(d, "embedding") for d in data)
+                used["tokens"] += int(_get(_get(resp, "usage") or {}, "prompt_tokens", 0) or 0)
+                used["cost"] += float((getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0)
         arr = np.asarray(rows, dtype=np.float32)
         if arr.ndim != 2 or arr.shape[0] != len(texts):
             raise ConfigError(

@@ -1,4 +1,5 @@
-"""Per-stage LLM accounting: real calls, cache hits, failures, tokens, seconds and dollars.
+"""Per-stage LLM accounting: real calls, cache hits, failures, tokens, seconds and dollars; embedding
+calls are kept apart (``UsageLedger.embedding``) so they never mix into the LLM stage tables.
 
 Every LM call made inside ``stage("narrate")`` is charged to ``narrate``. The stage lives in a
 ``contextvars.ContextVar``, so concurrent threads/tasks keep their own stage.
@@ -14,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from .types import Usage
 
-__all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin"]
+__all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin", "embedding_call"]
 
 _STAGE: contextvars.ContextVar[str] = contextvars.ContextVar("nemori_stage", default="other")
 _SCOPES: contextvars.ContextVar[tuple["UsageLedger", ...]] = contextvars.ContextVar("nemori_scopes", default=())
@@ -42,6 +43,10 @@ class UsageLedger:
         self._lock = threading.Lock()
         self.stages: dict[str, Usage] = {}
         self.counters: dict[str, int] = {}
+        #: embedder usage: ``calls`` = embed() batches, ``input_tokens`` when the provider reports them,
+        #: ``seconds`` wall time, ``cost_usd`` from litellm; the number of texts is ``embedding_texts``.
+        self.embedding = Usage()
+        self.embedding_texts = 0
         self.listeners: list[Callable[[str], None]] = []
 
     def _add(self, name: str, **delta: Any) -> None:
@@ -72,6 +77,21 @@ class UsageLedger:
         for listener in list(self.listeners):
             listener(name)
 
+    def record_embedding(self, texts: int, seconds: float, tokens: int = 0, cost: float = 0.0) -> None:
+        """Charge one embed() call of ``texts`` texts to the embedding totals (not to any LLM stage)."""
+        for ledger in (self, *(_SCOPES.get() if self is LEDGER else ())):
+            with ledger._lock:
+                ledger.embedding = ledger.embedding.add(Usage(calls=1, input_tokens=tokens, seconds=seconds,
+                                                              cost_usd=cost))
+                ledger.embedding_texts += texts
+
+    def embedding_summary(self) -> dict[str, float]:
+        """``{"calls", "texts", "tokens", "seconds", "cost_usd"}`` of the embedding totals."""
+        with self._lock:
+            e = self.embedding
+            return {"calls": e.calls, "texts": self.embedding_texts, "tokens": e.input_tokens,
+                    "seconds": round(e.seconds, 3), "cost_usd": e.cost_usd}
+
     def record_time(self, seconds: float, failed: bool = False) -> None:
         """Add wall seconds (and a failure, if the call raised) to the current stage."""
         self._add(current_stage(), seconds=seconds, failures=int(failed))
@@ -99,6 +119,7 @@ class UsageLedger:
         with self._lock:
             self.stages.clear()
             self.counters.clear()
+            self.embedding, self.embedding_texts = Usage(), 0
 
     def table(self) -> str:
         """Plain-text table: one row per stage with calls, cache hits, failures, tokens, seconds, $."""
@@ -117,6 +138,19 @@ class UsageLedger:
 
 #: Process-wide ledger that every ``UsageTrackingMixin`` LM charges.
 LEDGER = UsageLedger()
+
+
+@contextmanager
+def embedding_call(texts: int) -> Iterator[dict[str, float]]:
+    """Time one embed() call of ``texts`` texts and charge it to ``LEDGER.embedding``.
+
+    Yields a dict where the embedder may put provider-reported ``tokens`` and ``cost`` (USD).
+    Nothing is charged when the block raises.
+    """
+    extra: dict[str, float] = {"tokens": 0, "cost": 0.0}
+    t0 = time.perf_counter()
+    yield extra
+    LEDGER.record_embedding(texts, time.perf_counter() - t0, int(extra["tokens"]), float(extra["cost"] or 0.0))
 
 
 class UsageTrackingMixin:

@@ -42,6 +42,8 @@ def test_systems_side_by_side_then_resume_and_reuse(tmp_path, scripted_runtime, 
     for name in systems.split(","):
         assert name in out
     assert "in exactly one episode" in out and "share" in out and "MLflow run" in out
+    embed_line = next(x for x in out.splitlines() if x.startswith("Embedding calls (apart from LLM calls)"))
+    assert int(embed_line.split(": ")[1].split(" calls")[0]) > 0
     rows = [json.loads(x) for x in (tmp_path / "run/results.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 3
     assert all(r["recall_at_10"] == 1.0 for r in rows if r["system"] == "full-context")
