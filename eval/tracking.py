@@ -30,6 +30,21 @@ def tracking_uri(settings: NemoriSettings) -> str:
     return settings.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns.db"
 
 
+def artifact_location(uri: str) -> str | None:
+    """For a ``sqlite:///<dir>/x.db`` tracking URI, ``file://<dir>/mlruns``: artifacts live beside the
+    database instead of in whatever folder the process runs from. None for other URIs (server default)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlruns").as_uri()
+
+
+def _set_experiment(mlflow: Any, uri: str, name: str) -> None:
+    """Make ``name`` the active experiment, creating it with ``artifact_location(uri)`` if new."""
+    if mlflow.get_experiment_by_name(name) is None:
+        mlflow.create_experiment(name, artifact_location=artifact_location(uri))
+    mlflow.set_experiment(name)
+
+
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested dict → ``{"a.b": "value"}`` with values as short strings (MLflow params)."""
     out: dict[str, str] = {}
@@ -84,7 +99,7 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(settings))
-    mlflow.set_experiment(settings.mlflow_experiment)
+    _set_experiment(mlflow, tracking_uri(settings), settings.mlflow_experiment)
     if "rows" in summary:
         _charts(summary, out_dir)
     with mlflow.start_run(run_name=run_name) as run:

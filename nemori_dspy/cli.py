@@ -30,7 +30,9 @@ def _setting_help(name: str) -> str:
     from .config import NemoriSettings
 
     field = NemoriSettings.model_fields[name]
-    return f"{field.description or name} (default: {field.default}; env NEMORI_{name.upper()})"
+    choices = getattr(field.annotation, "__args__", None) if "Literal" in str(field.annotation) else None
+    allowed = f"one of {', '.join(map(str, choices))}; " if choices else ""
+    return f"{field.description or name} ({allowed}default: {field.default}; env NEMORI_{name.upper()})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--db", help="SQLite store file to build into (default: a store under ~/.cache/nemori-dspy/"
                                  "memory/ keyed by everything that shapes memory, reused by later runs)")
     lo.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
-    lo.add_argument("-v", "--verbose", action="store_true")
+    lo.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
     for name in _SETTING_FLAGS:
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")

@@ -68,7 +68,8 @@ class NemoriSettings(BaseSettings):
     stage_lms: dict[str, StageLM] = Field(default_factory=dict, description="per-stage model/max_tokens overrides, keyed by STAGES")
     predictor_classes: dict[str, str] = Field(default_factory=dict, description="per-stage DSPy predictor class, e.g. {'answer': 'dspy.ChainOfThought'}")
     judge_model: str | None = Field(default=None, description="model for the LLM judge: a litellm string, "
-                                    "'local:0.5b' / 'local:1.5b' (a second embedded server), or None = the main model")
+                                    "'local:0.5b' / 'local:1.5b' (a second embedded server unless it is the main model's size), "
+                                    "or unset / 'none' = the main model")
     adapter: Literal["chat", "json"] = Field(default="chat", description="DSPy adapter formatting prompts")
     cache: bool = Field(default=True, description="DSPy response cache; retries always bypass it")
     num_retries: int = Field(default=3, ge=0, description="litellm retries on timeouts/5xx/rate limits")
@@ -119,7 +120,7 @@ class NemoriSettings(BaseSettings):
 
     # --- tracking
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
-    mlflow_experiment: str = Field(default="nemori-dspy")
+    mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment the eval runs are logged to")
 
     @field_validator("episode_split_gap_hours", "association_max_gap_hours", mode="before")
     @classmethod
@@ -127,6 +128,17 @@ class NemoriSettings(BaseSettings):
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""
         if isinstance(v, str) and v.strip().lower() in {"", "null", "none", "off"}:
             return None
+        return v
+
+    @field_validator("judge_model", mode="before")
+    @classmethod
+    def _judge_model(cls, v: Any) -> Any:
+        """``null``/``none``/empty → None (the main model); ``local:<size>`` must name a known size."""
+        if isinstance(v, str) and v.strip().lower() in {"", "null", "none"}:
+            return None
+        if isinstance(v, str) and v.startswith("local:") and v[6:] not in ("0.5b", "1.5b"):
+            raise ValueError(f"unknown local judge size {v[6:]!r}; use 'local:0.5b' or 'local:1.5b', "
+                             "or a litellm model string")
         return v
 
     @field_validator("stage_lms", "predictor_classes")

@@ -66,6 +66,9 @@ def _parse_messages(messages: Iterable[Message | dict]) -> list[Message]:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or "?"
+            inner = (err.get("ctx") or {}).get("error")
+            if isinstance(inner, InvalidInputError):  # already says what is wrong and how to fix it
+                raise InvalidInputError(f"messages[{i}].{field}", inner.problem, inner.fix) from exc
             raise InvalidInputError(f"messages[{i}].{field}", err["msg"],
                                     "give speaker (str), non-blank content (str), timestamp "
                                     "(ISO 8601 or datetime), optional id (str)") from exc

@@ -82,6 +82,8 @@ def test_mlflow_parent_and_child_runs_with_charts_and_prompts(tmp_path, scripted
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id)}
     assert {"results.jsonl", "cost_by_stage.png", "prompts.json", "program.json"} <= artifacts
     assert any(a.startswith("scores_by_category") for a in artifacts)
+    # artifacts sit beside the tracking database, not in the folder the process happened to run from
+    assert list((tmp_path / "mlruns").rglob("results.jsonl"))
     assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
     assert "no-memory" in capsys.readouterr().out
 
@@ -135,6 +137,8 @@ def test_invalid_setting_fails_fast_naming_field_env_var_and_fix(monkeypatch, ca
     assert main(["eval", "locomo", "--local-model-size", "3b", "--data", "x.json"]) == 2
     err = capsys.readouterr().err
     assert "local_model_size (env NEMORI_LOCAL_MODEL_SIZE)" in err and "'3b'" in err and "Fix:" in err
+    assert main(["eval", "locomo", "--judge-model", "local:3b", "--data", "x.json"]) == 2
+    assert "judge_model" in capsys.readouterr().err
     assert "Traceback" not in err
     monkeypatch.setenv("NEMORI_WINDOW_SIZE", "0")
     assert main(["eval", "locomo", "--data", "x.json"]) == 2
