@@ -41,10 +41,37 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
         "stages": {s: [d["stage_lms"].get(s), settings.stage_max_tokens(s), d["predictor_classes"].get(s)]
                    for s in _CONSTRUCTION_STAGES},
         "prompts": {s: signature_hash(SIGNATURES[s]) for s in _CONSTRUCTION_STAGES},
-        "program": {k: v for k, v in (program_state or {}).items() if not k.startswith("response.")},
+        "program": _construction_state_delta(settings, program_state),
         "model_label": model_label, "embedder": embedder_name, "dataset": dataset_sha256,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _construction_state_delta(settings: NemoriSettings, program_state: dict[str, Any] | None) -> dict[str, str]:
+    """The construction predictors' entries of a saved program that differ from a fresh pipeline's.
+
+    Answer-side entries (``response.*``) and ``metadata`` (dependency versions) never shape memory, and a
+    predictor saved unchanged (e.g. a program tuned only on the answer stage) keys like no program at all,
+    so ``--program tuned.json`` reuses the memory an untuned run built.
+    """
+    if not program_state:
+        return {}
+    from ..modules.pipeline import NemoriPipeline, stage_factory
+    from ..modules.resources import Resources
+
+    fresh = NemoriPipeline(Resources(None, None, settings), stage_factory(settings, {}))  # type: ignore[arg-type]
+    default = fresh.dump_state()
+    delta = {}
+    for name, state in program_state.items():
+        if name == "metadata" or name.startswith("response."):
+            continue
+        if name not in default or _canonical(state) != _canonical(default[name]):
+            delta[name] = _canonical(state)
+    return delta
 
 
 class CachedMemories:

@@ -178,6 +178,9 @@ def load_settings(**overrides: Any) -> NemoriSettings:
         lines = []
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"]) or "settings"
-            lines.append(f"{name} (env NEMORI_{name.upper()}): {err['msg']}; got {err.get('input')!r}")
+            top = str(err["loc"][0]) if err["loc"] else ""
+            where = (f"given as --{top.replace('_', '-')} / {top}=" if top in overrides
+                     else f"env NEMORI_{name.upper()}")
+            lines.append(f"{name} ({where}): {err['msg']}; got {err.get('input')!r}")
         raise ConfigError("invalid settings:\n  " + "\n  ".join(lines) + "\nFix: change the value in the "
                           "environment, .env or the matching CLI flag (`nemori-dspy eval locomo --help`).") from None

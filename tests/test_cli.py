@@ -129,14 +129,14 @@ def test_api_key_never_reaches_logs_files_or_mlflow(tmp_path, scripted_runtime, 
     assert leaked == []
 
 
-def test_invalid_setting_fails_fast_naming_field_env_var_and_fix(monkeypatch, capsys):
+def test_invalid_setting_fails_fast_naming_field_its_source_and_fix(monkeypatch, capsys):
     def no_model(*a, **k):  # an invalid setting must be caught before any model is loaded
         raise AssertionError("runtime built despite an invalid setting")
 
     monkeypatch.setattr(runtime, "build_runtime", no_model)
     assert main(["eval", "locomo", "--local-model-size", "3b", "--data", "x.json"]) == 2
     err = capsys.readouterr().err
-    assert "local_model_size (env NEMORI_LOCAL_MODEL_SIZE)" in err and "'3b'" in err and "Fix:" in err
+    assert "local_model_size (given as --local-model-size" in err and "'3b'" in err and "Fix:" in err
     assert main(["eval", "locomo", "--judge-model", "local:3b", "--data", "x.json"]) == 2
     assert "judge_model" in capsys.readouterr().err
     assert "Traceback" not in err
