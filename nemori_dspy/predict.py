@@ -8,6 +8,7 @@ come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; cal
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 import re
@@ -16,13 +17,33 @@ from typing import Any, Callable
 import dspy
 
 from .errors import ConfigError, LLMError
-from .usage import LEDGER, stage
+from .usage import LEDGER, current_stage, stage
 
 __all__ = ["StagePredict", "load_predictor_class"]
 
 log = logging.getLogger(__name__)
 
 _PLACEHOLDER = re.compile(r"^\s*\{\w+\}\s*$")
+_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("nemori_stage_cap", default=None)
+
+
+class _TruncationNote(logging.Filter):
+    """Rewrite DSPy's truncation warning, which names the LM's default ``max_tokens`` rather than the
+    per-call cap a stage actually sent, so the log states the stage, its real cap and how to raise it;
+    each truncation is also counted in the ledger as ``truncated.<stage>``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("LM response was truncated"):
+            name, cap = current_stage(), _CAP.get()
+            LEDGER.count(f"truncated.{name}")
+            record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); it is parsed if it can "
+                          f"be, else retried or parked. To raise the cap: NEMORI_STAGE_LMS='{{\"{name}\": "
+                          f"{{\"max_tokens\": N}}}}'")
+            record.args = ()
+        return True
+
+
+logging.getLogger("dspy.clients.lm").addFilter(_TruncationNote())
 
 
 class SchemaEchoError(ValueError):
@@ -85,6 +106,13 @@ class StagePredict(dspy.Module):
         return config
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
+        token = _CAP.set(self.max_tokens)
+        try:
+            return self._attempts(inputs)
+        finally:
+            _CAP.reset(token)
+
+    def _attempts(self, inputs: dict[str, Any]) -> dspy.Prediction:
         last: Exception | None = None
         with stage(self.stage_name):
             for attempt in range(self.parse_retries + 1):

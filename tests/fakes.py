@@ -54,7 +54,8 @@ class _Engine:
         system = request.system if isinstance(request.system, str) else "".join(p.text for p in (request.system or []))
         user = request.messages[-1].text or ""
         text = self.owner.reply(system, user)
-        return Response(id=None, model="scripted", message=LMMessage.assistant([TextPart(text)]), finish_reason="stop",
+        return Response(id=None, model="scripted", message=LMMessage.assistant([TextPart(text)]),
+                        finish_reason=getattr(self.owner, "finish_reason", "stop"),
                         usage=Usage(input_tokens=max(1, (len(system) + len(user)) // 4),
                                     output_tokens=max(1, len(text) // 4), total_tokens=0))
 

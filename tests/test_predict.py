@@ -83,3 +83,14 @@ def test_cache_hits_are_counted_apart_from_real_calls():
             p(messages="1. [2023-05-08 13:56] A: hi\n2. [2023-05-08 13:57] B: hello", message_count=2)
     u = LEDGER.snapshot()["partition"]
     assert u.calls == 1 and u.cache_hits == 2 and u.input_tokens > 0
+
+
+def test_truncation_warning_names_the_stage_and_its_real_cap(caplog):
+    """DSPy's warning names the LM's default max_tokens; ours names the stage's cap that was sent."""
+    lm = _lm_with([GOOD], cache=False)
+    lm.finish_reason = "length"
+    with caplog.at_level("WARNING", logger="dspy.clients.lm"), dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
+    notes = [r.getMessage() for r in caplog.records if r.name == "dspy.clients.lm"]
+    assert notes and all("'narrate'" in m and "max_tokens=320" in m and "NEMORI_STAGE_LMS" in m for m in notes)
+    assert LEDGER.counters["truncated.narrate"] == len(notes)
