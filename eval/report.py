@@ -92,8 +92,11 @@ def _children(client: Any, run: Any) -> list[Any]:
 
 
 def _merge(into: Scores, scores: Scores, run_name: str) -> None:
-    """Add a child's systems; a name already present becomes ``<run name>/<system>``."""
+    """Add a child's systems; a name already present is skipped when its scores repeat the ones shown
+    (a per-system child run of the same eval), else added as ``<run name>/<system>``."""
     for system, cells in scores.items():
+        if system in into and all(into[system].get(k) == v for k, v in cells.items() if k[0] != "n"):
+            continue
         label = system if system not in into else f"{run_name}/{system}"
         into[label] = cells
 

@@ -49,6 +49,9 @@ def tracked(tmp_path):
         "counter.repairs": 1, "ingest_seconds": 12.0, "n.single-hop": 7, "nemori.judge.single-hop": 1.0})
     _log(client, exp_id, "rag-child", {"judge.overall": 0.6, "n.overall": 20, "nemori.judge.overall": 0.7},
          parent=parent)
+    # a per-system child repeating the parent's scores (as eval locomo logs them) adds no column
+    _log(client, exp_id, "no-memory", {"no-memory.judge.overall": 0.05, "no-memory.f1.temporal": 0.125,
+                                       "no-memory.n.overall": 20}, parent=parent)
     return uri, parent, old
 
 
