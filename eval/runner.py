@@ -125,6 +125,7 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
     """Build Nemori memory for every distinct construction among the systems; reuse what is built."""
     out: dict[str, Any] = {"seconds": 0.0, "parked": [], "coverage": {}, "reused": []}
     builders = {s.construction_key(): s for s in opts.systems if s.builds == "nemori"}
+    lock = threading.Lock()
     for key, system in builders.items():
         memory = provider.memory(system)
 
@@ -135,8 +136,9 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
                     tqdm.write(f"{system.name}:{conv.sample_id}: reusing memory built by an earlier run")
             else:
                 ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1)
-                out["seconds"] += ing["seconds"]
-                out["parked"] += ing["parked"]
+                with lock:  # conversations may be built in parallel threads
+                    out["seconds"] += ing["seconds"]
+                    out["parked"] += ing["parked"]
                 if not ing["parked"]:
                     provider.mark_built(system, conv.sample_id)
             label = conv.sample_id if len(builders) == 1 else f"{system.name}:{conv.sample_id}"

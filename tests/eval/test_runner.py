@@ -81,3 +81,20 @@ def test_mlflow_run_holds_config_cost_and_scores(tmp_path, mini):
     assert run.data.metrics["cost.narrate.calls"] >= 3
     assert "nemori.judge.overall" in run.data.metrics and "no-memory.f1.overall" in run.data.metrics
     assert "api_key" not in json.dumps(run.data.params).replace("api_key_set", "")
+
+
+def test_concurrent_construction_builds_every_conversation_in_its_own_user(tmp_path, mini):
+    """--concurrency 2: two conversations built in parallel threads, each complete and kept apart."""
+    twin = mini[0].model_copy(update={"sample_id": "conv-26-twin", "questions": [
+        q.model_copy(update={"sample_id": "conv-26-twin"}) for q in mini[0].questions]})
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
+        opts = EvalOptions(progress=False, max_questions=2, systems=[SYSTEMS["nemori"]], concurrency=2)
+        summary = run_locomo(mem, [mini[0], twin], opts, None, tmp_path / "run")
+    for sid in ("conv-26", "conv-26-twin"):
+        cov = summary["coverage"][sid]
+        assert (cov["messages"], cov["in_one_episode"], cov["in_several"]) == (58, 58, 0)
+        assert {m for ep in mem.list_episodes(sid) for m in ep.message_ids} == {m.id for m in mini[0].messages}
+    rows = [json.loads(line) for line in (tmp_path / "run/results.jsonl").read_text().splitlines()]
+    assert sorted(r["sample_id"] for r in rows) == ["conv-26", "conv-26", "conv-26-twin", "conv-26-twin"]
