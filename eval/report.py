@@ -85,6 +85,18 @@ def _latest_run(client: Any, experiment: str) -> Any:
     return top[0]
 
 
+def _get_run(client: Any, run_id: str) -> Any:
+    """The run ``run_id``; raises ``ConfigError`` (not MLflow's traceback) when it is not in this store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as exc:
+        raise ConfigError(f"no MLflow run {run_id!r} in this tracking store ({str(exc).splitlines()[0][:200]}). Fix: "
+                          "copy the id from the 'MLflow run …' line eval printed, or omit --run-id for the latest "
+                          "run; pass --tracking-uri if the eval logged elsewhere.") from None
+
+
 def _children(client: Any, run: Any) -> list[Any]:
     runs = client.search_runs([run.info.experiment_id], filter_string=f"tags.`{_PARENT_TAG}` = '{run.info.run_id}'",
                               order_by=["attributes.start_time ASC"], max_results=200)
@@ -148,7 +160,7 @@ def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemo
         ``(n=...)``) and, when ``cost.*`` metrics exist, :func:`eval.metrics.cost_table`.
     """
     client = _client(tracking_uri)
-    run = client.get_run(run_id) if run_id else _latest_run(client, experiment)
+    run = _get_run(client, run_id) if run_id else _latest_run(client, experiment)
     scores, cost = _run_scores(run)
     for child in _children(client, run):
         _merge(scores, _run_scores(child)[0], child.info.run_name or child.info.run_id)

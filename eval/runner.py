@@ -22,7 +22,7 @@ from ..formatting import render_context
 from ..memory import Memory
 from ..store.base import MemoryStore
 from ..types import SearchResult
-from ..usage import LEDGER
+from ..usage import LEDGER, Usage
 from .baselines import CHARS_PER_TOKEN, RagIndex, full_context
 from .judge import LLMJudge
 from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
@@ -267,7 +267,28 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
             for system in opts.systems:
                 if (system.name, q.sample_id, q.index) not in ckpt.done:
                     ckpt.add(_answer_row(system, provider.memory(system), conv, q, rag, judge))
+    if skipped:
+        construction, built = _carry_over(out_dir / "summary.json", construction, built)
     return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir)
+
+
+def _carry_over(path: Path, construction: dict, built: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
+    """On ``--resume``, add the interrupted invocation's cost (from its ``summary.json``, if it got that
+    far) to this one's, so the run's tables, summary and MLflow figures cover the whole run."""
+    if not path.exists():
+        return construction, built
+    try:
+        prev = json.loads(path.read_text())
+    except ValueError:
+        log.warning("%s is not valid JSON: the resumed run reports only this invocation's cost", path)
+        return construction, built
+    LEDGER.absorb(prev.get("usage", {}), prev.get("counters", {}), prev.get("embedding_usage"))
+    merged = {k: v.model_copy() for k, v in construction.items()}
+    for name, fields in prev.get("construction_usage", {}).items():
+        merged[name] = merged.get(name, Usage()).add(Usage(**fields))
+    built = {**built, "seconds": built["seconds"] + float(prev.get("ingest_seconds", 0.0)),
+             "coverage": {**prev.get("coverage", {}), **built["coverage"]}}
+    return merged, built
 
 
 def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | None, built: dict[str, Any],

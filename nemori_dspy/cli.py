@@ -35,6 +35,17 @@ def _setting_help(name: str) -> str:
     return f"{field.description or name} ({allowed}default: {field.default}; env NEMORI_{name.upper()})"
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1 (0 would silently run nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1; give 1 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree: ``eval locomo``."""
     p = argparse.ArgumentParser(prog="nemori-dspy", description="Nemori long-term memory as a DSPy pipeline")
@@ -42,16 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="run a benchmark").add_subparsers(dest="benchmark", required=True)
     lo = ev.add_parser("locomo", help="LoCoMo QA: build memory per conversation, answer, score, log to MLflow")
     lo.add_argument("--data", help="locomo10.json or a file in its schema (default: $NEMORI_LOCOMO_PATH, "
-                                   "else download the upstream file into ~/.cache/nemori-dspy)")
+                                   "else download the upstream file into $NEMORI_CACHE_DIR, default ~/.cache/nemori-dspy)")
     lo.add_argument("--conversations", help="comma-separated sample ids, e.g. conv-26,conv-30 (default: all)")
-    lo.add_argument("--max-questions", type=int, help="cap on questions per conversation (categories 1-4)")
+    lo.add_argument("--max-questions", type=_positive_int, help="cap on questions per conversation (categories 1-4)")
     lo.add_argument("--system", default="nemori,no-memory",
                     help="comma-separated systems: nemori, nemori-s, nemori-no-episodic, nemori-no-semantic, "
                          "nemori-no-raw, nemori-no-consolidation, full-context, rag-4096, no-memory "
                          "(default nemori,no-memory: the method and its no-memory control)")
     lo.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
                                                           "runs/locomo-*) without redoing answered questions")
-    lo.add_argument("--concurrency", type=int, default=1, help="conversations whose memory is built at once")
+    lo.add_argument("--concurrency", type=_positive_int, default=1, help="conversations whose memory is built at once")
     lo.add_argument("--program", help="load a saved pipeline state (e.g. optimized prompts/demos) before running")
     lo.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
     lo.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -70,18 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def resolve_dataset(path: str | None) -> Path:
-    """--data, else $NEMORI_LOCOMO_PATH, else the upstream locomo10.json downloaded once into the cache.
+def resolve_dataset(path: str | None, settings: Any = None) -> Path:
+    """--data, else ``settings.locomo_path`` ($NEMORI_LOCOMO_PATH or .env), else the upstream
+    locomo10.json downloaded once into ``settings.cache_dir``.
 
     The dataset is CC BY-NC 4.0: it is read from a path or fetched at run time, never shipped.
+
+    Raises:
+        DatasetError: the download failed (no path given and no network).
     """
-    from .config import DEFAULT_CACHE_DIR
+    from .config import NemoriSettings
     from .errors import DatasetError
 
-    path = path or os.environ.get("NEMORI_LOCOMO_PATH")
-    if path:
-        return Path(path)
-    target = DEFAULT_CACHE_DIR / "locomo10.json"
+    settings = settings or NemoriSettings()
+    chosen = path or settings.locomo_path
+    if chosen:
+        return Path(chosen)
+    target = Path(settings.cache_dir) / "locomo10.json"
     if not target.exists():
         import httpx
 
@@ -131,10 +147,11 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logging.getLogger(__name__).info("resolved config (secrets removed): %s", settings.public_dict())
     systems = parse_systems(args.system)
-    data = resolve_dataset(args.data)
+    data = resolve_dataset(args.data, settings)
     ids = [s.strip() for s in args.conversations.split(",")] if args.conversations else None
     conversations = load_locomo(data, ids)
     data_sha = dataset_sha256(data)
+    program = _program_state(args.program)  # a bad --program fails before any model is loaded
     out = _run_dir(args)
     out.mkdir(parents=True, exist_ok=True)
     print(f"dataset {data} ({len(conversations)} conversation(s)); systems {', '.join(s.name for s in systems)}; "
@@ -143,7 +160,6 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     with build_runtime(settings) as rt:
         print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
         embedder = resolve_embedder(settings)
-        program = _program_state(args.program)
 
         def make_memory(s: Any, path: Path) -> Memory:
             store = open_store(s, path)
@@ -231,10 +247,10 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
         print(f"{sid}: {cov['messages']} turns, {cov['in_one_episode']} in exactly one episode, "
               f"{cov['in_no_episode']} in none, {cov['in_several']} in several; {cov['episodes']} episodes")
     c = summary["counters"]
-    print(f"evoked context empty {c.get('evoke_empty', 0)}/{c.get('evoke_calls', 0)} times (τ on cosine); "
-          f"insights {c.get('insights', 0)}, duplicates of an existing entry {c.get('insight_duplicates', 0)}; "
-          f"partition repairs {c.get('partition_repairs', 0)}; retries {c.get('retries', 0)}; "
-          f"episode merges {c.get('episode_merges', 0)}")
+    if summary["reused_memory"] and not c.get("evoke_calls") and not summary["ingest_seconds"]:
+        print("construction counters: n/a here (memory reused; they are in the summary of the run that built it)")
+    else:
+        _print_counters(c)
     if summary["reused_memory"]:
         print(f"reused memory built by an earlier run: {', '.join(summary['reused_memory'])}")
     if summary["resumed_answers"]:
@@ -242,6 +258,13 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
     if summary["parked"]:
         print(f"PARKED work ({len(summary['parked'])}): " + "; ".join(summary["parked"][:5]))
     print(f"total {seconds / 60:.1f} min (memory construction {summary['ingest_seconds'] / 60:.1f} min)")
+
+
+def _print_counters(c: dict[str, int]) -> None:
+    print(f"evoked context empty {c.get('evoke_empty', 0)}/{c.get('evoke_calls', 0)} times (τ on cosine); "
+          f"insights {c.get('insights', 0)}, duplicates of an existing entry {c.get('insight_duplicates', 0)}; "
+          f"partition repairs {c.get('partition_repairs', 0)}; retries {c.get('retries', 0)}; "
+          f"episode merges {c.get('episode_merges', 0)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS"]
@@ -78,7 +78,7 @@ class NemoriSettings(BaseSettings):
 
     # --- embedded local model (llama.cpp server)
     gguf: str | None = Field(default=None, description="path to a GGUF file, or 'hf:<repo>/<file>' to download")
-    models_dir: Path | None = Field(default=None, description="folder holding GGUF files and all-MiniLM-L6-v2/ (see ../shared/tools/offline-models)")
+    models_dir: Path | None = Field(default=None, description="folder holding the Qwen2.5-Coder GGUF files and all-MiniLM-L6-v2/ (e.g. assembled by an offline-models tool); unset: $NEMORI_OFFLINE_MODELS, ~/.cache/nemori-offline-models, then the Hugging Face Hub")
     local_model_size: Literal["0.5b", "1.5b"] = Field(default="0.5b", description="which Qwen2.5-Coder GGUF 'local' uses when gguf is unset")
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
@@ -92,7 +92,10 @@ class NemoriSettings(BaseSettings):
     cache_dir: Path = Field(default=DEFAULT_CACHE_DIR, description="eval memory stores reused across runs, downloads")
     store: Literal["sqlite", "weaviate"] = Field(default="sqlite")
     db_path: Path = Field(default=DEFAULT_CACHE_DIR / "memory.sqlite3", description="SQLite file of the embedded store")
-    weaviate_url: str | None = Field(default=None, description="Weaviate HTTP URL, e.g. http://localhost:8080")
+    weaviate_url: str | None = Field(default=None, validate_default=True,
+                                     description="Weaviate HTTP URL, e.g. http://localhost:8080 (needed when store='weaviate')")
+    locomo_path: Path | None = Field(default=None, description="LoCoMo file used when --data is not given (else the upstream "
+                                     "locomo10.json is downloaded into cache_dir)")
 
     # --- method knobs (§4.1, Appendix C)
     window_size: int = Field(default=20, ge=1, description="w: buffer size that triggers episode formation (§3.2.1)")
@@ -128,6 +131,14 @@ class NemoriSettings(BaseSettings):
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""
         if isinstance(v, str) and v.strip().lower() in {"", "null", "none", "off"}:
             return None
+        return v
+
+    @field_validator("weaviate_url")
+    @classmethod
+    def _weaviate_needs_url(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("store") == "weaviate" and not v:
+            raise ValueError("store='weaviate' needs the server's URL: set NEMORI_WEAVIATE_URL "
+                             "(e.g. http://localhost:8080), or NEMORI_STORE=sqlite")
         return v
 
     @field_validator("judge_model", mode="before")

@@ -40,6 +40,7 @@ class _TruncationNote(logging.Filter):
                           f"be, else retried or parked. To raise the cap: NEMORI_STAGE_LMS='{{\"{name}\": "
                           f"{{\"max_tokens\": N}}}}'")
             record.args = ()
+            record.name = __name__  # our message: logged under this module, not DSPy's
         return True
 
 
@@ -70,6 +71,22 @@ def load_predictor_class(path: str) -> Callable[[type[dspy.Signature]], dspy.Mod
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(f"predictor class {path!r} cannot be imported ({exc}). Fix: give a dotted path "
                           "such as 'dspy.Predict' or 'dspy.ChainOfThought'.") from exc
+
+
+def _fix_for(exc: Exception | None) -> str:
+    """The fix to suggest for a stage's last error: credentials, an unreachable server, or the format."""
+    chain, seen = [], exc  # DSPy may wrap the provider's error: look through causes and the message
+    while seen is not None and len(chain) < 5:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(f"{type(e).__name__} {e}" for e in chain)
+    if any(k in text for k in ("AuthenticationError", "PermissionDeniedError", "Missing credentials", "api_key")):
+        return ("set the provider's API key (e.g. OPENAI_API_KEY) or NEMORI_API_KEY, or use --model local for the "
+                "embedded model.")
+    if any(k in text for k in ("APIConnectionError", "Connection refused", "ServiceUnavailableError")):
+        return "check that the model server is up and reachable at the configured api_base."
+    return ("check the model server is up and the model can follow the format (try a larger model or "
+            "adapter='json').")
 
 
 class StagePredict(dspy.Module):
@@ -126,5 +143,4 @@ class StagePredict(dspy.Module):
                     log.warning("stage %s attempt %d failed: %s", self.stage_name, attempt + 1, str(exc)[:300])
         LEDGER.count("failed_stage_calls")
         raise LLMError(f"stage {self.stage_name!r} failed after {self.parse_retries + 1} attempt(s): "
-                       f"{type(last).__name__}: {str(last)[:500]}. Fix: check the model server is up and the "
-                       "model can follow the format (try a larger model or adapter='json').") from last
+                       f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last

@@ -16,7 +16,7 @@ import dspy
 from .config import NemoriSettings
 from .usage import UsageTrackingMixin
 
-__all__ = ["TrackedLM", "Runtime", "build_runtime", "make_lm"]
+__all__ = ["TrackedLM", "Runtime", "build_runtime", "check_credentials", "make_lm"]
 
 log = logging.getLogger(__name__)
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -81,13 +81,49 @@ def _start_local(settings: NemoriSettings) -> Any:
     return server.start()
 
 
+def _hosted_models(settings: NemoriSettings) -> list[tuple[str, str]]:
+    """(where it is set, litellm model string) for every model this run calls through a provider."""
+    models = [] if settings.model == "local" else [("model / NEMORI_MODEL", settings.model)]
+    models += [(f"stage_lms.{name}", o.model) for name, o in settings.stage_lms.items() if o.model]
+    if settings.judge_model and not settings.judge_model.startswith("local:"):
+        models.append(("judge_model / NEMORI_JUDGE_MODEL", settings.judge_model))
+    return models
+
+
+def check_credentials(settings: NemoriSettings) -> None:
+    """Fail in milliseconds, before any server starts, when a hosted model's API key is not set.
+
+    Uses ``litellm.validate_environment``. Skipped when ``api_key`` / ``NEMORI_API_KEY`` is given or
+    ``api_base`` points at a server (vLLM, Ollama, ...: they may need no key); provider base-URL
+    variables (e.g. ``OLLAMA_API_BASE``, which has a default) are not required.
+
+    Raises:
+        ConfigError: names the model, where it was set, the missing variable(s) and the fix.
+    """
+    if settings.api_key or settings.api_base:
+        return
+    import litellm
+
+    from .errors import ConfigError
+
+    for where, model in _hosted_models(settings):
+        missing = [k for k in litellm.validate_environment(model=model).get("missing_keys", [])
+                   if not k.endswith("_API_BASE")]
+        if missing:
+            raise ConfigError(f"{where} = {model!r} needs {' and '.join(missing)}, which is not set. Fix: export "
+                              f"{missing[0]}=... (or NEMORI_API_KEY), point --api-base at a server that needs no "
+                              "key, or use --model local for the embedded model.")
+
+
 def build_runtime(settings: NemoriSettings, configure: bool = True) -> Runtime:
     """Build LMs (starting the local server if asked) and, by default, ``dspy.configure`` them.
 
     Raises:
-        ConfigError: the local GGUF cannot be found or fetched.
+        ConfigError: the local GGUF cannot be found or fetched, or a hosted model's API key is missing
+            (see ``check_credentials``; checked before anything starts).
         ModelServerError: the local server did not start.
     """
+    check_credentials(settings)
     model, api_base, api_key, server, label = settings.model, settings.api_base, None, None, settings.model
     if model == "local":
         server = _start_local(settings)

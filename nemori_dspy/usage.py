@@ -85,6 +85,21 @@ class UsageLedger:
                                                               cost_usd=cost))
                 ledger.embedding_texts += texts
 
+    def absorb(self, stages: dict[str, dict[str, Any]], counters: dict[str, int] | None = None,
+               embedding: dict[str, float] | None = None) -> None:
+        """Add figures saved by an earlier invocation (``summary.json``'s ``usage``, ``counters``,
+        ``embedding_usage``), so a resumed run reports the whole run's cost, not only the last part."""
+        with self._lock:
+            for name, fields in stages.items():
+                self.stages[name] = self.stages.get(name, Usage()).add(Usage(**fields))
+            for name, n in (counters or {}).items():
+                self.counters[name] = self.counters.get(name, 0) + int(n)
+            if embedding:
+                self.embedding = self.embedding.add(Usage(
+                    calls=int(embedding.get("calls", 0)), input_tokens=int(embedding.get("tokens", 0)),
+                    seconds=float(embedding.get("seconds", 0.0)), cost_usd=float(embedding.get("cost_usd", 0.0))))
+                self.embedding_texts += int(embedding.get("texts", 0))
+
     def embedding_summary(self) -> dict[str, float]:
         """``{"calls", "texts", "tokens", "seconds", "cost_usd"}`` of the embedding totals."""
         with self._lock:

@@ -4,6 +4,7 @@ memory reuse, resume after an interruption, MLflow parent/child runs, report."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dspy
 import pytest
@@ -49,6 +50,8 @@ def test_systems_side_by_side_then_resume_and_reuse(tmp_path, scripted_runtime, 
     assert all(r["recall_at_10"] == 1.0 for r in rows if r["system"] == "full-context")
     assert all(r["recall_at_1"] is None for r in rows if r["system"] == "no-memory")
 
+    first = json.loads((tmp_path / "run/summary.json").read_text())
+    assert first["construction_usage"]["narrate"]["calls"] > 0
     # interrupted run: drop the last 5 answers, resume → only those are redone, memory is reused
     (tmp_path / "run/results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-5]))
     calls_before = scripted_runtime.calls.get("AnswerQuestion", 0)
@@ -59,6 +62,12 @@ def test_systems_side_by_side_then_resume_and_reuse(tmp_path, scripted_runtime, 
     assert scripted_runtime.calls["AnswerQuestion"] - calls_before == 5
     assert scripted_runtime.calls["NarrateEpisode"] == narrate_before
     assert len((tmp_path / "run/results.jsonl").read_text().splitlines()) == 12
+    # the run folder still reports the whole run's cost: construction from the first invocation, answers from both
+    resumed = json.loads((tmp_path / "run/summary.json").read_text())
+    assert resumed["construction_usage"] == first["construction_usage"]
+    assert resumed["usage"]["answer"]["calls"] == first["usage"]["answer"]["calls"] + 5
+    assert resumed["counters"]["insights"] == first["counters"]["insights"] > 0
+    assert "evoked context empty" in out
 
 
 def test_changed_construction_setting_does_not_reuse_memory(tmp_path, scripted_runtime, capsys):
@@ -67,6 +76,10 @@ def test_changed_construction_setting_does_not_reuse_memory(tmp_path, scripted_r
     assert _run(tmp_path, "--system", "nemori", "--no-mlflow", "--no-judge", "--window-size", "10",
                 "--out", str(tmp_path / "run2")) == 0
     assert "reused memory" not in capsys.readouterr().out
+    # same construction into a new run folder: memory is reused, and its counters are not shown as zeros
+    assert _run(tmp_path, "--system", "nemori", "--no-mlflow", "--no-judge", "--out", str(tmp_path / "run3")) == 0
+    out = capsys.readouterr().out
+    assert "reused memory" in out and "construction counters: n/a" in out and "evoked context empty 0/0" not in out
 
 
 def test_mlflow_parent_and_child_runs_with_charts_and_prompts(tmp_path, scripted_runtime, capsys):
@@ -143,3 +156,39 @@ def test_invalid_setting_fails_fast_naming_field_its_source_and_fix(monkeypatch,
     monkeypatch.setenv("NEMORI_WINDOW_SIZE", "0")
     assert main(["eval", "locomo", "--data", "x.json"]) == 2
     assert "window_size (env NEMORI_WINDOW_SIZE)" in capsys.readouterr().err
+
+
+def test_bad_program_store_or_counts_fail_before_any_model_is_loaded(monkeypatch, capsys, tmp_path):
+    if not MINI.exists():
+        pytest.skip(f"{MINI} not found")
+
+    def no_model(*a, **k):
+        raise AssertionError("runtime built despite a bad argument")
+
+    monkeypatch.setattr(runtime, "build_runtime", no_model)
+    base = ["eval", "locomo", "--data", str(MINI), "--out", str(tmp_path / "run")]
+    assert main([*base, "--program", str(tmp_path / "missing.json")]) == 2
+    assert "--program" in (err := capsys.readouterr().err) and "Fix:" in err
+    monkeypatch.setenv("NEMORI_STORE", "weaviate")
+    assert main(base) == 2
+    assert "NEMORI_WEAVIATE_URL" in capsys.readouterr().err
+    monkeypatch.delenv("NEMORI_STORE")
+    for flag in ("--max-questions", "--concurrency"):
+        with pytest.raises(SystemExit) as exc:
+            main([*base, flag, "0"])
+        assert exc.value.code == 2 and "give 1 or more" in capsys.readouterr().err
+
+
+def test_locomo_path_from_dotenv_and_download_target_in_cache_dir(monkeypatch, tmp_path):
+    from nemori_dspy.cli import resolve_dataset
+    from nemori_dspy.config import load_settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"NEMORI_LOCOMO_PATH={tmp_path / 'locomo.json'}\n")
+    assert resolve_dataset(None, load_settings()) == tmp_path / "locomo.json"
+    assert resolve_dataset("given.json", load_settings()) == Path("given.json")
+    (tmp_path / ".env").unlink()
+    cache = tmp_path / "cache"
+    (cache / "locomo10.json").parent.mkdir()
+    (cache / "locomo10.json").write_text("[]")  # already downloaded: no network call
+    assert resolve_dataset(None, load_settings(cache_dir=cache)) == cache / "locomo10.json"

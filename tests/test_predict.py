@@ -91,6 +91,19 @@ def test_truncation_warning_names_the_stage_and_its_real_cap(caplog):
     lm.finish_reason = "length"
     with caplog.at_level("WARNING", logger="dspy.clients.lm"), dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
-    notes = [r.getMessage() for r in caplog.records if r.name == "dspy.clients.lm"]
+    notes = [r.getMessage() for r in caplog.records if "output cap" in r.getMessage()]
+    assert all(r.name == "nemori_dspy.predict" for r in caplog.records if "output cap" in r.getMessage())
     assert notes and all("'narrate'" in m and "max_tokens=320" in m and "NEMORI_STAGE_LMS" in m for m in notes)
     assert LEDGER.counters["truncated.narrate"] == len(notes)
+
+
+def test_an_auth_error_suggests_setting_the_api_key_not_a_bigger_model():
+    import litellm
+
+    def denied(_):
+        raise litellm.AuthenticationError("Missing credentials", llm_provider="openai", model="gpt-4o-mini")
+
+    r = default_responders()
+    r["NarrateEpisode"] = denied
+    with pytest.raises(LLMError, match="API key"):
+        _narrate(ScriptedLM(r), parse_retries=0)

@@ -82,3 +82,24 @@ def test_a_local_judge_of_another_size_gets_its_own_server(monkeypatch):
                                       _env_file=None), configure=False)
     assert started == ["0.5b", "1.5b"] and rt.judge_lm is not rt.lm
     assert rt.judge_label == "local:qwen-1.5b.gguf"
+
+
+def test_missing_api_key_fails_before_anything_starts(monkeypatch):
+    import pytest
+
+    import nemori_dspy.runtime as runtime
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.runtime import build_runtime, check_credentials
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setattr(runtime, "_start_local", lambda *a, **k: pytest.fail("server started before the key check"))
+    with pytest.raises(ConfigError, match=r"model / NEMORI_MODEL = 'openai/gpt-4o-mini' needs OPENAI_API_KEY.*Fix:"):
+        build_runtime(NemoriSettings(model="openai/gpt-4o-mini"))
+    with pytest.raises(ConfigError, match="judge_model"):  # a hosted judge beside the local model
+        build_runtime(NemoriSettings(model="local", judge_model="openai/gpt-4o-mini"))
+    check_credentials(NemoriSettings(model="local"))  # nothing hosted: nothing to check
+    check_credentials(NemoriSettings(model="openai/gpt-4o-mini", api_key="sk-test"))
+    check_credentials(NemoriSettings(model="openai/served", api_base="http://127.0.0.1:8000/v1"))
+    check_credentials(NemoriSettings(model="ollama_chat/llama3"))  # OLLAMA_API_BASE has a default
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    check_credentials(NemoriSettings(model="openai/gpt-4o-mini"))

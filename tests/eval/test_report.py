@@ -87,3 +87,9 @@ def test_report_on_a_missing_sqlite_store_errors_without_creating_it(tmp_path):
     with pytest.raises(ConfigError, match="no MLflow store at .*Fix:"):
         report(f"sqlite:///{missing}")
     assert not missing.exists()
+
+
+def test_report_on_an_unknown_run_id_is_a_config_error(tracked):
+    uri, _, _ = tracked
+    with pytest.raises(ConfigError, match="no MLflow run 'nonexistent'.*Fix:"):
+        report(uri, run_id="nonexistent")

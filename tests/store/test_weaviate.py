@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from nemori_dspy.config import NemoriSettings
+from nemori_dspy.config import NemoriSettings, load_settings
 from nemori_dspy.errors import ConfigError, StoreError
 from nemori_dspy.store import SQLiteStore, open_store
 from nemori_dspy.store import weaviate as wv
@@ -119,8 +119,10 @@ def test_open_store_builds_the_configured_backend(tmp_path, monkeypatch):
     s = open_store(NemoriSettings(store="sqlite"), tmp_path / "m.db")
     assert isinstance(s, SQLiteStore)
     s.close()
-    with pytest.raises(ConfigError, match="NEMORI_WEAVIATE_URL"):
-        open_store(NemoriSettings(store="weaviate", weaviate_url=None))
+    with pytest.raises(ConfigError, match="NEMORI_WEAVIATE_URL"):  # caught when the settings load
+        load_settings(store="weaviate")
+    with pytest.raises(ConfigError, match="NEMORI_WEAVIATE_URL"):  # and by open_store for a hand-built copy
+        open_store(NemoriSettings(store="sqlite").model_copy(update={"store": "weaviate"}))
 
     made = {}
 
