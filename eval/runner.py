@@ -250,8 +250,10 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
     out_dir.mkdir(parents=True, exist_ok=True)
     LEDGER.reset()
     ckpt = _Checkpoint(out_dir / "results.jsonl", opts.resume)
+    cost = _CostCheckpoint(out_dir / "cost.json", opts.resume)
     built = _build(provider, conversations, opts)
     construction = LEDGER.snapshot()
+    cost.save(construction, built)
     base = provider.memory(next((s for s in opts.systems if s.builds == "nemori"), opts.systems[0]))
     rag = None
     if any(s.context == "rag" for s in opts.systems):
@@ -267,28 +269,58 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
             for system in opts.systems:
                 if (system.name, q.sample_id, q.index) not in ckpt.done:
                     ckpt.add(_answer_row(system, provider.memory(system), conv, q, rag, judge))
-    if skipped:
-        construction, built = _carry_over(out_dir / "summary.json", construction, built)
+                    cost.save(construction, built)
+    construction, built = cost.carry_over(construction, built)
     return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir)
 
 
-def _carry_over(path: Path, construction: dict, built: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
-    """On ``--resume``, add the interrupted invocation's cost (from its ``summary.json``, if it got that
-    far) to this one's, so the run's tables, summary and MLflow figures cover the whole run."""
-    if not path.exists():
-        return construction, built
-    try:
-        prev = json.loads(path.read_text())
-    except ValueError:
-        log.warning("%s is not valid JSON: the resumed run reports only this invocation's cost", path)
-        return construction, built
-    LEDGER.absorb(prev.get("usage", {}), prev.get("counters", {}), prev.get("embedding_usage"))
-    merged = {k: v.model_copy() for k, v in construction.items()}
-    for name, fields in prev.get("construction_usage", {}).items():
-        merged[name] = merged.get(name, Usage()).add(Usage(**fields))
-    built = {**built, "seconds": built["seconds"] + float(prev.get("ingest_seconds", 0.0)),
-             "coverage": {**prev.get("coverage", {}), **built["coverage"]}}
-    return merged, built
+def _add_usage(into: dict[str, dict[str, Any]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Stage-wise sum of two usage maps (values: ``Usage`` or its ``model_dump()``)."""
+    out = {k: dict(v) for k, v in into.items()}
+    for name, u in stages.items():
+        fields = u.model_dump() if isinstance(u, Usage) else u
+        out[name] = Usage(**out.get(name, {})).add(Usage(**fields)).model_dump()
+    return out
+
+
+class _CostCheckpoint:
+    """``cost.json`` in the run folder: the run's LLM/embedding usage so far, rewritten after memory
+    construction and after every answer, so ``--resume`` after a kill still reports the whole run's cost
+    (construction included). Without ``resume`` the earlier figures are ignored."""
+
+    def __init__(self, path: Path, resume: bool) -> None:
+        self.path = path
+        self.prev: dict[str, Any] = {}
+        if resume and path.exists():
+            try:
+                self.prev = json.loads(path.read_text())
+            except ValueError:
+                log.warning("%s is not valid JSON: the resumed run reports only this invocation's cost", path)
+
+    def _totals(self, construction: dict, built: dict[str, Any]) -> dict[str, Any]:
+        p = self.prev
+        counters = dict(p.get("counters", {}))
+        for k, n in LEDGER.counters.items():
+            counters[k] = counters.get(k, 0) + n
+        emb = {k: p.get("embedding_usage", {}).get(k, 0) + v for k, v in LEDGER.embedding_summary().items()}
+        return {"usage": _add_usage(p.get("usage", {}), LEDGER.snapshot()),
+                "construction_usage": _add_usage(p.get("construction_usage", {}), construction),
+                "counters": counters, "embedding_usage": emb,
+                "ingest_seconds": float(p.get("ingest_seconds", 0.0)) + built["seconds"]}
+
+    def save(self, construction: dict, built: dict[str, Any]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._totals(construction, built), indent=1))
+        tmp.replace(self.path)  # atomic: a kill never leaves a half-written file
+
+    def carry_over(self, construction: dict, built: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
+        """Fold the earlier invocations' figures into ``LEDGER`` and return merged construction/built."""
+        if not self.prev:
+            return construction, built
+        p = self.prev
+        LEDGER.absorb(p.get("usage", {}), p.get("counters", {}), p.get("embedding_usage"))
+        merged = {k: Usage(**v) for k, v in _add_usage(p.get("construction_usage", {}), construction).items()}
+        return merged, {**built, "seconds": built["seconds"] + float(p.get("ingest_seconds", 0.0))}
 
 
 def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | None, built: dict[str, Any],

@@ -54,6 +54,7 @@ def test_systems_side_by_side_then_resume_and_reuse(tmp_path, scripted_runtime, 
     assert first["construction_usage"]["narrate"]["calls"] > 0
     # interrupted run: drop the last 5 answers, resume → only those are redone, memory is reused
     (tmp_path / "run/results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-5]))
+    (tmp_path / "run/summary.json").unlink()  # a killed run never wrote it; cost.json is checkpointed
     calls_before = scripted_runtime.calls.get("AnswerQuestion", 0)
     narrate_before = scripted_runtime.calls.get("NarrateEpisode", 0)
     assert _run(tmp_path, "--system", systems, "--resume", "--no-mlflow") == 0
@@ -63,6 +64,7 @@ def test_systems_side_by_side_then_resume_and_reuse(tmp_path, scripted_runtime, 
     assert scripted_runtime.calls["NarrateEpisode"] == narrate_before
     assert len((tmp_path / "run/results.jsonl").read_text().splitlines()) == 12
     # the run folder still reports the whole run's cost: construction from the first invocation, answers from both
+    # (the first invocation's answers all count, incl. the 5 whose rows were dropped: their calls were made)
     resumed = json.loads((tmp_path / "run/summary.json").read_text())
     assert resumed["construction_usage"] == first["construction_usage"]
     assert resumed["usage"]["answer"]["calls"] == first["usage"]["answer"]["calls"] + 5
