@@ -257,7 +257,9 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
         print(f"resumed: {summary['resumed_answers']} answers were already in results.jsonl")
     if summary["parked"]:
         print(f"PARKED work ({len(summary['parked'])}): " + "; ".join(summary["parked"][:5]))
-    print(f"total {seconds / 60:.1f} min (memory construction {summary['ingest_seconds'] / 60:.1f} min)")
+    where = " this invocation" if summary["resumed_answers"] else ""
+    print(f"total {seconds / 60:.1f} min{where} (memory construction {summary['ingest_seconds'] / 60:.1f} min"
+          f"{' over the whole run' if where else ''})")
 
 
 def _print_counters(c: dict[str, int]) -> None:
