@@ -167,5 +167,6 @@ def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemo
     parts = [f"run {run.info.run_name or run.info.run_id} ({run.info.run_id}, {run.info.status})", "",
              "## Scores (×100)", _score_table(scores) if scores else "(no score metrics)"]
     if cost:
-        parts += ["", "## LLM usage per stage", cost_table(cost)]
+        local = run.data.params.get("config.model") == "local"
+        parts += ["", "## LLM usage per stage", cost_table(cost, local=local)]
     return "\n".join(parts)

@@ -271,7 +271,8 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
                     ckpt.add(_answer_row(system, provider.memory(system), conv, q, rag, judge))
                     cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
-    return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir)
+    return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir,
+                      local=base.settings.model == "local")
 
 
 def _add_usage(into: dict[str, dict[str, Any]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -324,7 +325,7 @@ class _CostCheckpoint:
 
 
 def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | None, built: dict[str, Any],
-               construction: dict, skipped: int, out_dir: Path) -> dict[str, Any]:
+               construction: dict, skipped: int, out_dir: Path, local: bool = False) -> dict[str, Any]:
     metrics = (METRICS if judge is not None else [m for m in METRICS if m != "judge"]) + [f"recall_at_{k}" for k in RECALL_KS]
     systems = [s.name for s in opts.systems]
     table = category_table(rows, metrics, systems)
@@ -340,9 +341,9 @@ def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | 
         "judge": {"model": judge.model, "prompt_hash": judge.prompt_hash, "failures": judge.failures} if judge else None,
     }
     (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n"
-                                       f"## LLM usage per stage\n\n```\n{LEDGER.table()}\n```\n")
+                                       f"## LLM usage per stage\n\n```\n{LEDGER.table(local)}\n```\n")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return {**summary, "table": table, "usage_table": LEDGER.table(), "rows": rows}
+    return {**summary, "table": table, "usage_table": LEDGER.table(local), "rows": rows}
 
 
 def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str]) -> dict[str, dict[str, float]]:

@@ -124,8 +124,8 @@ def _settings(args: argparse.Namespace) -> Any:
 def _run_dir(args: argparse.Namespace) -> Path:
     if args.out:
         return Path(args.out)
-    if args.resume:
-        runs = sorted(Path("runs").glob("locomo-*"))
+    if args.resume:  # the newest run that got as far as answering (a failed start leaves an empty folder)
+        runs = sorted(p for p in Path("runs").glob("locomo-*") if (p / "results.jsonl").exists())
         if runs:
             return runs[-1]
     return Path(f"runs/locomo-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -152,8 +152,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     conversations = load_locomo(data, ids)
     data_sha = dataset_sha256(data)
     program = _program_state(args.program)  # a bad --program fails before any model is loaded
-    out = _run_dir(args)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _run_dir(args)  # created by the run itself, once the model is up (no empty folders from failed starts)
     print(f"dataset {data} ({len(conversations)} conversation(s)); systems {', '.join(s.name for s in systems)}; "
           f"run folder {out}", flush=True)
     t0 = time.perf_counter()

@@ -136,18 +136,22 @@ class UsageLedger:
             self.counters.clear()
             self.embedding, self.embedding_texts = Usage(), 0
 
-    def table(self) -> str:
-        """Plain-text table: one row per stage with calls, cache hits, failures, tokens, seconds, $."""
+    def table(self, local: bool = False) -> str:
+        """Plain-text table: one row per stage with calls, cache hits, failures, tokens, seconds, $
+        (``local=True``: a $ of 0 reads ``local``, as in the cost tables)."""
+        def money(cost: float) -> str:
+            return f"{'local' if local and cost == 0 else f'{cost:.4f}':>9}"
+
         head = f"{'stage':<15}{'calls':>7}{'cached':>8}{'failed':>8}{'in tok':>10}{'out tok':>9}{'seconds':>10}{'$':>9}"
         lines = [head, "-" * len(head)]
         snap = self.snapshot()
         for name in sorted(snap, key=lambda s: (s == "other", s)):
             u = snap[name]
             lines.append(f"{name:<15}{u.calls:>7}{u.cache_hits:>8}{u.failures:>8}{u.input_tokens:>10}"
-                         f"{u.output_tokens:>9}{u.seconds:>10.1f}{u.cost_usd:>9.4f}")
+                         f"{u.output_tokens:>9}{u.seconds:>10.1f}{money(u.cost_usd)}")
         t = self.total()
         lines.append(f"{'total':<15}{t.calls:>7}{t.cache_hits:>8}{t.failures:>8}{t.input_tokens:>10}"
-                     f"{t.output_tokens:>9}{t.seconds:>10.1f}{t.cost_usd:>9.4f}")
+                     f"{t.output_tokens:>9}{t.seconds:>10.1f}{money(t.cost_usd)}")
         return "\n".join(lines)
 
 

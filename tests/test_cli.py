@@ -194,3 +194,17 @@ def test_locomo_path_from_dotenv_and_download_target_in_cache_dir(monkeypatch, t
     (cache / "locomo10.json").parent.mkdir()
     (cache / "locomo10.json").write_text("[]")  # already downloaded: no network call
     assert resolve_dataset(None, load_settings(cache_dir=cache)) == cache / "locomo10.json"
+
+
+def test_resume_picks_the_newest_run_that_answered_not_a_failed_start(tmp_path, monkeypatch):
+    import argparse
+
+    from nemori_dspy.cli import _run_dir
+
+    monkeypatch.chdir(tmp_path)
+    real, failed = tmp_path / "runs/locomo-20260101-000000", tmp_path / "runs/locomo-20260101-010000"
+    real.mkdir(parents=True)
+    (real / "results.jsonl").write_text("")
+    failed.mkdir()
+    args = argparse.Namespace(out=None, resume=True)
+    assert _run_dir(args).resolve() == real.resolve()

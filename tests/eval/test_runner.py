@@ -50,6 +50,9 @@ def test_mini_run_covers_every_turn_and_writes_results(tmp_path, mini):
     # are cut at the time gap before P_par: 2 + 2 + 1 partition calls
     assert usage["partition"]["calls"] == 5 and usage["narrate"]["calls"] >= 5
     assert "n=" in summary["table"] and (tmp_path / "run/tables.md").exists()
+    # model="local": dollars read "local" in the usage table too, not 0.0000
+    usage_total = next(l for l in summary["usage_table"].splitlines() if l.startswith("total"))
+    assert usage_total.endswith("local") and "0.0000" not in (tmp_path / "run/tables.md").read_text()
     assert summary["judge"]["prompt_hash"] and summary["parked"] == []
 
 
