@@ -318,10 +318,11 @@ class _CostCheckpoint:
         """Fold the earlier invocations' figures into ``LEDGER`` and return merged construction/built."""
         if not self.prev:
             return construction, built
+        totals = self._totals(construction, built)  # the same sums cost.json holds
         p = self.prev
         LEDGER.absorb(p.get("usage", {}), p.get("counters", {}), p.get("embedding_usage"))
-        merged = {k: Usage(**v) for k, v in _add_usage(p.get("construction_usage", {}), construction).items()}
-        return merged, {**built, "seconds": built["seconds"] + float(p.get("ingest_seconds", 0.0))}
+        merged = {k: Usage(**v) for k, v in totals["construction_usage"].items()}
+        return merged, {**built, "seconds": totals["ingest_seconds"]}
 
 
 def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | None, built: dict[str, Any],
