@@ -28,6 +28,10 @@ __all__ = [
     "load_locomo",
     "normalise_evidence",
     "dataset_sha256",
+    "SessionSlice",
+    "parse_sessions",
+    "slice_sessions",
+    "session_of",
 ]
 
 CATEGORY_NAMES: dict[int, str] = {
@@ -209,3 +213,56 @@ def _parse_question(sample_id: str, index: int, item: dict[str, Any]) -> LoCoMoQ
         evidence=normalise_evidence(raw),
         raw_evidence=raw,
     )
+
+
+class SessionSlice(BaseModel):
+    """Sessions ``first..last`` (1-based, inclusive) of every conversation: a LoCoMo *slice*.
+
+    Tuning loops run on slices because building memory of a whole conversation costs hours with a
+    small local model (e.g. ``1-3``: 669 turns and 169 scored questions over all of ``locomo10.json``).
+    """
+
+    first: int = Field(ge=1)
+    last: int = Field(ge=1)
+
+    def label(self) -> str:
+        """``"1-3"`` (the form ``parse_sessions`` reads)."""
+        return f"{self.first}-{self.last}"
+
+    def __contains__(self, session: int) -> bool:
+        return self.first <= session <= self.last
+
+
+def parse_sessions(text: str | None) -> SessionSlice | None:
+    """``"1-3"`` → ``SessionSlice(first=1, last=3)``; ``"2"`` → sessions 2..2; None/"" → None (all sessions).
+
+    Raises:
+        DatasetError: not ``A`` or ``A-B`` with 1 ≤ A ≤ B.
+    """
+    if text is None or not str(text).strip():
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", str(text))
+    if not m or int(m.group(1)) < 1 or int(m.group(2) or m.group(1)) < int(m.group(1)):
+        raise DatasetError(f"--sessions {text!r}: expected A-B with 1 <= A <= B (e.g. 1-3) or one number. "
+                           "Fix: pass e.g. --sessions 1-3.")
+    return SessionSlice(first=int(m.group(1)), last=int(m.group(2) or m.group(1)))
+
+
+def session_of(dia_id: str | None) -> int | None:
+    """Session number of a ``D<session>:<turn>`` id (``"D3:7"`` → 3); None for other ids."""
+    m = _DIA_ID.match(dia_id or "")
+    return int(m.group(1)) if m else None
+
+
+def slice_sessions(conv: LoCoMoConversation, sessions: SessionSlice | None) -> LoCoMoConversation:
+    """The conversation cut to ``sessions``: only their turns, and only the questions whose evidence
+    lies entirely inside them (questions without evidence are dropped too: nothing places them).
+
+    ``sessions=None`` returns ``conv`` unchanged. Question ``index`` values are kept (they identify
+    the item in the full file).
+    """
+    if sessions is None:
+        return conv
+    msgs = [m for m in conv.messages if session_of(m.id) in sessions]
+    qs = [q for q in conv.questions if q.evidence and all(session_of(e) in sessions for e in q.evidence)]
+    return conv.model_copy(update={"messages": msgs, "questions": qs})

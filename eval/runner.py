@@ -18,10 +18,8 @@ import dspy
 import litellm
 from tqdm.auto import tqdm
 
-from ..formatting import render_context
 from ..memory import Memory
 from ..store.base import MemoryStore
-from ..types import SearchResult
 from ..usage import LEDGER, Usage
 from .baselines import CHARS_PER_TOKEN, RagIndex, full_context
 from .judge import LLMJudge
@@ -157,16 +155,11 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
 
 # --------------------------------------------------------------------------------------------- answering
 def _memory_context(system: System, memory: Memory, conv: LoCoMoConversation, question: str):
-    s = memory.settings
-    t0 = time.perf_counter()
-    full = memory.pipeline.response.retrieve(conv.sample_id, question)
-    ms = (time.perf_counter() - t0) * 1000
-    result = SearchResult(episodes=full.episodes if system.include_episodes else [],
-                          semantic=full.semantic if system.include_semantic else [])
-    r = s.raw_episodes_top_r if system.include_raw else 0
-    ranked = [sc.episode.message_ids for sc in result.episodes]
-    context = render_context(result, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
-    return context, ranked if result.episodes else None, ms
+    """Through ``ResponseGeneration.context``, the one answer-context path (library, eval, optimizers)."""
+    ctx = memory.pipeline.response.context(conv.sample_id, question, include_episodes=system.include_episodes,
+                                           include_semantic=system.include_semantic, include_raw=system.include_raw)
+    episodes = ctx.retrieved.episodes
+    return ctx.context, [sc.episode.message_ids for sc in episodes] if episodes else None, ctx.search_ms
 
 
 def _context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import dspy
 
 from .errors import ConfigError, LLMError
+from .recording import current_recorder
 from .usage import LEDGER, current_stage, stage
 
 __all__ = ["StagePredict", "load_predictor_class"]
@@ -137,10 +138,15 @@ class StagePredict(dspy.Module):
                     LEDGER.count("retries")
                     LEDGER.count(f"retries.{self.stage_name}")
                 try:
-                    return check_not_echo(self.predict(**inputs, config=self._config(attempt)))
+                    pred = check_not_echo(self.predict(**inputs, config=self._config(attempt)))
                 except Exception as exc:  # parse errors and provider errors alike: re-ask, then park
                     last = exc
                     log.warning("stage %s attempt %d failed: %s", self.stage_name, attempt + 1, str(exc)[:300])
+                    continue
+                recorder = current_recorder()
+                if recorder is not None:  # tuning data: what this stage saw and returned (recording.py)
+                    recorder.record(self.stage_name, inputs, dict(pred.items()))
+                return pred
         LEDGER.count("failed_stage_calls")
         raise LLMError(f"stage {self.stage_name!r} failed after {self.parse_retries + 1} attempt(s): "
                        f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last

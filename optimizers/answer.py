@@ -30,7 +30,6 @@ import dspy
 from nemori_dspy.errors import UnknownUserError
 from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
 from nemori_dspy.eval.metrics import f1_metric
-from nemori_dspy.formatting import render_context
 from nemori_dspy.memory import Memory
 from nemori_dspy.modules.pipeline import NemoriPipeline
 
@@ -48,13 +47,8 @@ OPTIMIZERS: tuple[str, ...] = ("bootstrap", "labeled", "mipro")
 # ---------------------------------------------------------------- data
 
 def _context(memory: Memory, user_id: str, question: str) -> str:
-    """The answer context ``ResponseGeneration.forward`` would build for this question (same r, same
-    per-message and total character caps)."""
-    response = memory.pipeline.response
-    s = memory.settings
-    r = s.raw_episodes_top_r if getattr(response, "include_raw", True) else 0
-    return render_context(response.retrieve(user_id, question), r, s.max_message_chars,
-                          getattr(s, "max_prompt_chars", None), getattr(s, "resolve_relative_dates", False))
+    """The answer context ``Memory.answer`` builds for this question (``ResponseGeneration.context``)."""
+    return memory.pipeline.response.context(user_id, question).context
 
 
 def _example(context: str, q: LoCoMoQuestion) -> dspy.Example:

@@ -15,6 +15,7 @@ import dspy
 from ..errors import LLMError
 from ..formatting import render_candidates, render_episode, render_messages, render_numbered_messages
 from ..types import Episode, StoredMessage
+from ..recording import stage_meta
 from ..usage import LEDGER
 from .resources import Resources
 
@@ -145,8 +146,9 @@ class EpisodicIntegration(dspy.Module):
     def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
         """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2)."""
         s = self.res.settings
-        pred = self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
-                                                     s.resolve_relative_dates))
+        with stage_meta(message_ids=[m.id for m in msgs]):
+            pred = self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
+                                                         s.resolve_relative_dates))
         cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "

@@ -16,14 +16,19 @@ import dspy
 from ..config import NemoriSettings
 from ..errors import LLMError
 from ..predict import StagePredict, load_predictor_class
+from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
 from ..usage import LEDGER
+from ..types import Episode
 from .episodic import EpisodicIntegration
 from .resources import Resources
 from .response import ResponseGeneration
 from .semantic import SemanticDistillation
 
-__all__ = ["NemoriPipeline", "ProcessReport", "stage_factory"]
+__all__ = ["NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
+
+#: semantic entries nearest an episode recorded as "already known" before its distillation (tuning data only).
+KNOWN_BEFORE_TOP_K = 10
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +91,8 @@ class NemoriPipeline(dspy.Module):
             return False
         window = store.next_window(user_id)
         try:
-            pred = self.episodic(user_id=user_id, messages=pending, window=window)
+            with stage_meta(user_id=user_id, window=window):
+                pred = self.episodic(user_id=user_id, messages=pending, window=window)
         except LLMError as exc:
             report.parked.append(f"window {window} ({len(pending)} messages stay buffered): {exc}")
             LEDGER.count("parked_windows")
@@ -101,7 +107,8 @@ class NemoriPipeline(dspy.Module):
         """Distill every committed-but-undistilled episode, committing each atomically."""
         for ep in self.res.store.episodes_to_distill(user_id):
             try:
-                pred = self.semantic(user_id=user_id, episode=ep)
+                with stage_meta(**self._distill_meta(user_id, ep)):
+                    pred = self.semantic(user_id=user_id, episode=ep)
             except LLMError as exc:
                 report.parked.append(f"episode {ep.id} distillation: {exc}")
                 LEDGER.count("parked_distillations")
@@ -110,6 +117,16 @@ class NemoriPipeline(dspy.Module):
             report.distilled += 1
             report.semantic_inserts += len(pred.inserts)
             report.semantic_deletes += len(pred.deletes)
+
+    def _distill_meta(self, user_id: str, ep: "Episode") -> dict:
+        """Record meta of one distillation: the episode, its messages and, only while recording (it costs a
+        search), the texts of the semantic entries nearest to it before distilling — what the distill metric
+        counts as "already known" (``nemori_dspy.optimizers.metrics``)."""
+        meta = {"user_id": user_id, "episode_id": ep.id, "message_ids": list(ep.message_ids)}
+        if current_recorder() is not None:
+            hits = self.res.store.search_semantic(user_id, ep.vector, KNOWN_BEFORE_TOP_K)
+            meta["known_before"] = [h.entry.text for h in hits]
+        return meta
 
     def process(self, user_id: str, force: bool = False) -> ProcessReport:
         """Process full windows (all pending messages if ``force``), distilling after each window."""

@@ -38,16 +38,37 @@ class ResponseGeneration(dspy.Module):
         k = s.episodes_top_k if top_k is None else top_k
         m = s.semantic_top_k if semantic_top_k is None else semantic_top_k
         return SearchResult(
-            episodes=self.res.store.search_episodes(user_id, vec, k) if self.include_episodes else [],
-            semantic=self.res.store.search_semantic(user_id, vec, m) if self.include_semantic else [])
+            episodes=self.res.store.search_episodes(user_id, vec, k) if self.include_episodes and k else [],
+            semantic=self.res.store.search_semantic(user_id, vec, m) if self.include_semantic and m else [])
+
+    def context(self, user_id: str, question: str, use_memory: bool = True, include_episodes: bool | None = None,
+                include_semantic: bool | None = None, include_raw: bool | None = None) -> dspy.Prediction:
+        """The answer context P_ans sees for ``question``: the one code path for ``Memory.answer``, the eval
+        harness and the optimizers (so what is tuned is exactly what runs).
+
+        ``include_*`` override this module's switches for one call (the eval's ablation systems).
+
+        Returns:
+            ``dspy.Prediction(context=str, retrieved=SearchResult, search_ms=float)``; ``context`` is "" when
+            nothing was retrieved or ``use_memory`` is False; ``search_ms`` is retrieval wall time (ms).
+        """
+        eps = self.include_episodes if include_episodes is None else include_episodes
+        sem = self.include_semantic if include_semantic is None else include_semantic
+        raw = self.include_raw if include_raw is None else include_raw
+        t0 = time.perf_counter()
+        retrieved = SearchResult()
+        if use_memory:
+            s = self.res.settings
+            retrieved = self.retrieve(user_id, question, s.episodes_top_k if eps else 0,
+                                      s.semantic_top_k if sem else 0)
+        search_ms = (time.perf_counter() - t0) * 1000
+        s = self.res.settings
+        r = s.raw_episodes_top_r if raw else 0
+        context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+        return dspy.Prediction(context=context, retrieved=retrieved, search_ms=search_ms)
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
-        t0 = time.perf_counter()
-        retrieved = self.retrieve(user_id, question) if use_memory else SearchResult()
-        search_ms = (time.perf_counter() - t0) * 1000
-        r = self.res.settings.raw_episodes_top_r if self.include_raw else 0
-        s = self.res.settings
-        context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
-        pred = self.answer(context=context, question=question)
-        return dspy.Prediction(answer=str(pred.answer).strip(), context=context, retrieved=retrieved,
-                               search_ms=search_ms)
+        ctx = self.context(user_id, question, use_memory)
+        pred = self.answer(context=ctx.context, question=question)
+        return dspy.Prediction(answer=str(pred.answer).strip(), context=ctx.context, retrieved=ctx.retrieved,
+                               search_ms=ctx.search_ms)
