@@ -32,9 +32,10 @@ _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipa
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,
-                     program_state: dict[str, Any] | None = None) -> str:
+                     program_state: dict[str, Any] | None = None, sessions: str | None = None) -> str:
     """sha256[:16] over the construction settings, per-stage construction LMs and caps, prompt hashes,
-    the construction predictors' saved state, model label, embedder and dataset checksum."""
+    the construction predictors' saved state, model label, embedder, dataset checksum and the LoCoMo slice
+    (``sessions`` such as ``"1-3"``; None = whole conversations, keyed as before slices existed)."""
     d = settings.model_dump(mode="json")
     payload = {
         "settings": {k: d[k] for k in CONSTRUCTION_FIELDS},
@@ -44,6 +45,8 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
         "program": _construction_state_delta(settings, program_state),
         "model_label": model_label, "embedder": embedder_name, "dataset": dataset_sha256,
     }
+    if sessions:
+        payload["sessions"] = sessions
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -104,6 +107,10 @@ class CachedMemories:
             if str(path) not in self._memories:
                 self._memories[str(path)] = self.make_memory(self._settings(system), path)
             return self._memories[str(path)]
+
+    def record_path(self, system: System) -> Path:
+        """Stage records of the system's memory (``recording.py``), beside its store file."""
+        return self.path(system).with_suffix(".stages.jsonl")
 
     def _done_file(self, system: System) -> Path:
         return self.path(system).with_suffix(".done.json")

@@ -19,6 +19,7 @@ import litellm
 from tqdm.auto import tqdm
 
 from ..memory import Memory
+from ..recording import recording
 from ..store.base import MemoryStore
 from ..usage import LEDGER, Usage
 from .baselines import CHARS_PER_TOKEN, RagIndex, full_context
@@ -66,8 +67,12 @@ class MemoryProvider(Protocol):
 class SharedMemory:
     """One Memory for every system (tests, or runs whose systems share a construction); nothing reused."""
 
-    def __init__(self, memory: Memory) -> None:
-        self._memory, self._built = memory, set()
+    def __init__(self, memory: Memory, records: Path | None = None) -> None:
+        self._memory, self._built, self._records = memory, set(), records
+
+    def record_path(self, system: System) -> Path | None:
+        """Where stage calls are recorded while building (None: not recorded)."""
+        return self._records
 
     def memory(self, system: System) -> Memory:
         return self._memory
@@ -133,7 +138,9 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
                 if opts.progress:
                     tqdm.write(f"{system.name}:{conv.sample_id}: reusing memory built by an earlier run")
             else:
-                ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1)
+                record = getattr(provider, "record_path", None)  # tuning data beside the memory it describes
+                with recording(record(system) if record else None):
+                    ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1)
                 with lock:  # conversations may be built in parallel threads
                     out["seconds"] += ing["seconds"]
                     out["parked"] += ing["parked"]

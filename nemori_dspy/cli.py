@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "else download the upstream file into $NEMORI_CACHE_DIR, default ~/.cache/nemori-dspy)")
     lo.add_argument("--conversations", help="comma-separated sample ids, e.g. conv-26,conv-30 (default: all)")
     lo.add_argument("--max-questions", type=_positive_int, help="cap on questions per conversation (categories 1-4)")
+    lo.add_argument("--sessions", help="a LoCoMo slice: keep sessions A-B of each conversation (e.g. 1-3) and only "
+                                       "the questions whose evidence lies inside them (default: all sessions)")
     lo.add_argument("--system", default="nemori,no-memory",
                     help="comma-separated systems: nemori, nemori-s, nemori-no-episodic, nemori-no-semantic, "
                          "nemori-no-raw, nemori-no-consolidation, full-context, rag-4096, no-memory "
@@ -72,12 +74,44 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
     for name in _SETTING_FLAGS:
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
+    _optimize_parser(sub)
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
     rp.add_argument("--tracking-uri", help="default: $NEMORI_MLFLOW_TRACKING_URI, $MLFLOW_TRACKING_URI or "
                                            "sqlite:///mlruns.db (the store eval logs to)")
     rp.add_argument("--experiment", help="default: $NEMORI_MLFLOW_EXPERIMENT or nemori-dspy")
     return p
+
+
+def _optimize_parser(sub: Any) -> None:
+    """``optimize``: tune stages against a LoCoMo slice (``optimizers/tune.py``)."""
+    from .optimizers.optimize import OPTIMIZERS  # light: pydantic + the metrics module, no model
+
+    op = sub.add_parser("optimize", help="tune stage prompts with a DSPy optimizer on a LoCoMo slice; dev before/after")
+    op.add_argument("--stage", required=True, help="stage(s), comma-separated, tuned in pipeline order: narrate, "
+                                                   "anticipate, distill, anticipate+distill, consolidate, answer")
+    op.add_argument("--optimizer", default="gepa", choices=OPTIMIZERS, help="DSPy optimizer (default gepa)")
+    op.add_argument("--data", help="locomo10.json or a file in its schema (as for eval locomo)")
+    op.add_argument("--sessions", default="1-3", help="LoCoMo slice A-B (default 1-3)")
+    op.add_argument("--train", required=True, help="train conversations, e.g. conv-26,conv-30")
+    op.add_argument("--dev", required=True, help="held-out dev conversations, e.g. conv-41 (never in --train)")
+    op.add_argument("--out", help="run folder (default runs/optimize-<time>): program.json, result.json")
+    op.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA/SIMBA budget preset")
+    op.add_argument("--max-metric-calls", type=_positive_int, help="GEPA: metric calls in all")
+    op.add_argument("--num-trials", type=_positive_int, help="MIPROv2 trials (auto off) / SIMBA steps")
+    op.add_argument("--num-candidates", type=_positive_int, help="MIPROv2 candidates when --num-trials is given")
+    op.add_argument("--num-threads", type=_positive_int, default=1, help="parallel program calls (default 1)")
+    op.add_argument("--max-demos", type=int, default=4, help="bootstrapped and labeled demos per predictor (default 4)")
+    op.add_argument("--reflection-model", default="local:1.5b",
+                    help="prompt/reflection/teacher model: local:0.5b, local:1.5b (default; a second embedded "
+                         "server), a litellm model string, or 'none' for the student itself")
+    op.add_argument("--program", help="start from a saved pipeline state instead of the default prompts")
+    op.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    op.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
+    op.add_argument("-v", "--verbose", action="store_true", help="log INFO (optimizer progress, repairs, retries)")
+    for name in _SETTING_FLAGS:
+        if name != "judge_model":
+            op.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
 
 
 def resolve_dataset(path: str | None, settings: Any = None) -> Path:
@@ -114,27 +148,31 @@ def resolve_dataset(path: str | None, settings: Any = None) -> Path:
 def _settings(args: argparse.Namespace) -> Any:
     from .config import load_settings
 
-    overrides = {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k) is not None}
+    overrides = {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k, None) is not None}
     if args.no_cache:
         overrides["cache"] = False
     return load_settings(**overrides)
 
 
-def _run_dir(args: argparse.Namespace) -> Path:
+def _run_dir(args: argparse.Namespace, kind: str = "locomo") -> Path:
     if args.out:
         return Path(args.out)
-    if args.resume:  # the newest run that got as far as answering (a failed start leaves an empty folder)
+    if getattr(args, "resume", False):  # the newest run that got as far as answering (a failed start: empty folder)
         runs = sorted(p for p in Path("runs").glob("locomo-*") if (p / "results.jsonl").exists())
         if runs:
             return runs[-1]
-    return Path(f"runs/locomo-{time.strftime('%Y%m%d-%H%M%S')}")
+    return Path(f"runs/{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _ids(text: str | None) -> list[str] | None:
+    return [s.strip() for s in text.split(",") if s.strip()] if text else None
 
 
 def _eval_locomo(args: argparse.Namespace) -> int:
     from .embedders import resolve_embedder
     from .eval.cache import CachedMemories, construction_key
     from .eval.judge import LLMJudge
-    from .eval.locomo import dataset_sha256, load_locomo
+    from .eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from .eval.runner import EvalOptions, run_locomo
     from .eval.systems import parse_systems
     from .memory import Memory
@@ -147,8 +185,8 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info("resolved config (secrets removed): %s", settings.public_dict())
     systems = parse_systems(args.system)
     data = resolve_dataset(args.data, settings)
-    ids = [s.strip() for s in args.conversations.split(",")] if args.conversations else None
-    conversations = load_locomo(data, ids)
+    sessions = parse_sessions(args.sessions)  # a bad slice fails before any model is loaded
+    conversations = [slice_sessions(c, sessions) for c in load_locomo(data, _ids(args.conversations))]
     data_sha = dataset_sha256(data)
     program = _program_state(args.program)  # a bad --program fails before any model is loaded
     out = _run_dir(args)  # created by the run itself, once the model is up (no empty folders from failed starts)
@@ -167,12 +205,13 @@ def _eval_locomo(args: argparse.Namespace) -> int:
             return Memory(store, embedder, s, pipeline=pipeline)
 
         def key_of(s: Any) -> str:
-            return construction_key(s, rt.model_label, embedder.name, data_sha, program)
+            return construction_key(s, rt.model_label, embedder.name, data_sha, program,
+                                    sessions.label() if sessions else None)
 
         if args.db:
             from .eval.runner import SharedMemory
 
-            provider: Any = SharedMemory(make_memory(settings, Path(args.db)))
+            provider: Any = SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl"))
         else:
             provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
         judge = None if args.no_judge else LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
@@ -191,6 +230,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
             "dataset.path": str(data), "dataset.sha256": data_sha,
             "dataset.conversations": ",".join(c.sample_id for c in conversations),
             "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder.name,
+            "sessions": sessions.label() if sessions else "all",
             "program": args.program, "server": server_flags,
             "judge_server": judge_flags}, run_name=out.name)
         print(f"MLflow run {run_id} at {tracking_uri(settings)} (view: mlflow ui --backend-store-uri "
@@ -281,6 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval_locomo(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "optimize":
+            from .optimizers.cli import optimize_command
+
+            return optimize_command(args)
     except NemoriError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -173,9 +173,21 @@ def embedding_call(texts: int) -> Iterator[dict[str, float]]:
 
 
 class UsageTrackingMixin:
-    """Mix into a ``dspy.BaseLM`` subclass so its calls are charged to ``LEDGER`` by stage."""
+    """Mix into a ``dspy.BaseLM`` subclass so its calls are charged to ``LEDGER`` by stage.
+
+    An LM with ``charge_stage`` set (e.g. ``"reflection"`` for an optimizer's prompt/reflection model) charges
+    every call to that name whatever stage is running, so an optimization's cost splits per model.
+    """
+
+    charge_stage: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.charge_stage:
+            with stage(self.charge_stage):
+                return self._tracked_call(*args, **kwargs)
+        return self._tracked_call(*args, **kwargs)
+
+    def _tracked_call(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         try:
             out = super().__call__(*args, **kwargs)  # type: ignore[misc]

@@ -21,7 +21,6 @@ pipeline predictor's own stage LM.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,6 +31,8 @@ from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoM
 from nemori_dspy.eval.metrics import f1_metric
 from nemori_dspy.memory import Memory
 from nemori_dspy.modules.pipeline import NemoriPipeline
+from nemori_dspy.optimizers.optimize import OPTIMIZERS, Budget, compile_program, make_optimizer
+from nemori_dspy.optimizers.programs import StageProgram
 
 __all__ = ["AnswerProgram", "OPTIMIZERS", "evaluate_answer", "locomo_answer_examples", "make_optimizer",
            "optimize_answer"]
@@ -39,9 +40,6 @@ __all__ = ["AnswerProgram", "OPTIMIZERS", "evaluate_answer", "locomo_answer_exam
 log = logging.getLogger(__name__)
 
 Metric = Callable[..., Any]
-
-#: Names accepted by ``optimize_answer(optimizer=...)``.
-OPTIMIZERS: tuple[str, ...] = ("bootstrap", "labeled", "mipro")
 
 
 # ---------------------------------------------------------------- data
@@ -96,94 +94,25 @@ def locomo_answer_examples(memory: Memory, conversations: Iterable[LoCoMoConvers
 
 # ---------------------------------------------------------------- program
 
-class _Shared:
-    """Holds a value that ``copy.deepcopy`` (hence ``Module.deepcopy``) passes through by reference."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __deepcopy__(self, memo: dict) -> "_Shared":
-        return self
-
-
-class AnswerProgram(dspy.Module):
+class AnswerProgram(StageProgram):
     """``forward(context, question) -> dspy.Prediction(answer=str)``: P_ans alone, for optimizers.
 
-    Wraps ``pipeline.response.answer`` (a ``StagePredict``; its predictor is named
-    ``answer.predict`` here, ``response.answer.predict`` in the pipeline). At construction the
-    wrapped stage *is* the pipeline's, so ``evaluate_answer(AnswerProgram(pipeline), ...)`` scores
-    the pipeline as it is. Optimizers return copies; use ``apply_to`` to write one back.
-
-    The stage's own LM (``stage_lms['answer']``) is remembered and used for calls even after an
-    optimizer's ``reset_copy`` has cleared it from the predictor; otherwise ``dspy.settings.lm``.
+    Wraps ``pipeline.response.answer`` (a ``StagePredict``; its predictor is named ``answer.predict`` here,
+    ``response.answer.predict`` in the pipeline). At construction the wrapped stage *is* the pipeline's, so
+    ``evaluate_answer(AnswerProgram(pipeline), ...)`` scores the pipeline as it is. Optimizers return copies;
+    ``apply_to(pipeline)`` writes one back (see ``StageProgram``). The stage's own LM
+    (``stage_lms['answer']``) is used for calls even after an optimizer's ``reset_copy`` cleared it.
     """
 
     def __init__(self, pipeline: NemoriPipeline) -> None:
-        super().__init__()
-        self.answer = pipeline.response.answer
-        lms = {p.lm for _, p in self.answer.named_predictors() if p.lm is not None}
-        self._stage_lm = _Shared(lms.pop() if len(lms) == 1 else None)
+        super().__init__(pipeline, ("answer",))
 
     def forward(self, context: str, question: str) -> dspy.Prediction:
-        lm = self._stage_lm.value
-        with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
-            pred = self.answer(context=context, question=question)
+        pred = self.call("answer", context=context, question=question)
         return dspy.Prediction(answer=str(pred.answer).strip())
-
-    def apply_to(self, pipeline: NemoriPipeline) -> NemoriPipeline:
-        """Copy this program's demos, instructions and field prefixes into ``pipeline.response.answer``.
-
-        Each target predictor keeps its own LM. A no-op if the program already wraps that stage.
-
-        Returns:
-            ``pipeline`` (updated in place).
-        Raises:
-            ValueError: the two answer stages have different predictor structures (e.g. one uses
-                ``dspy.ChainOfThought`` and the other ``dspy.Predict``).
-        """
-        target = pipeline.response.answer
-        if target is self.answer:
-            return pipeline
-        src, dst = dict(self.answer.named_predictors()), dict(target.named_predictors())
-        if src.keys() != dst.keys():
-            raise ValueError(f"answer predictors differ: program has {sorted(src)}, pipeline has {sorted(dst)}. "
-                             "Fix: build the pipeline with the same predictor class for 'answer'.")
-        for name, predictor in dst.items():
-            lm = predictor.lm
-            predictor.load_state({**src[name].dump_state(json_mode=False), "lm": None})
-            predictor.lm = lm
-        return pipeline
 
 
 # ---------------------------------------------------------------- optimize / evaluate
-
-def make_optimizer(name: str, metric: Metric, max_bootstrapped_demos: int = 4, max_labeled_demos: int = 4,
-                   **kw: Any) -> Any:
-    """A DSPy teleprompter by name; ``kw`` go to its constructor.
-
-    * ``"bootstrap"``: ``dspy.BootstrapFewShot`` — runs a teacher (the program with up to
-      ``max_labeled_demos`` labeled demos) on the trainset and keeps up to
-      ``max_bootstrapped_demos`` traces the metric accepts, then fills up to
-      ``max_labeled_demos`` with labeled examples. With a float metric such as F1 any score > 0
-      counts as success unless ``metric_threshold=`` is given.
-    * ``"labeled"``: ``dspy.LabeledFewShot(k=max_labeled_demos)`` — random gold demos, no LM calls.
-    * ``"mipro"``: ``dspy.MIPROv2(metric, auto="light")`` — also proposes instructions with the
-      LM; many LM calls (pass ``auto=`` to override, ``num_threads=`` for parallelism).
-
-    Raises:
-        ValueError: unknown ``name``.
-    """
-    if name == "bootstrap":
-        return dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=max_bootstrapped_demos,
-                                     max_labeled_demos=max_labeled_demos, **kw)
-    if name == "labeled":
-        return dspy.LabeledFewShot(k=max_labeled_demos, **kw)
-    if name == "mipro":
-        kw.setdefault("auto", "light")
-        return dspy.MIPROv2(metric, max_bootstrapped_demos=max_bootstrapped_demos,
-                            max_labeled_demos=max_labeled_demos, **kw)
-    raise ValueError(f"unknown optimizer {name!r}. Fix: use one of {', '.join(OPTIMIZERS)}.")
-
 
 def optimize_answer(pipeline: NemoriPipeline, trainset: list[dspy.Example], metric: Metric = f1_metric,
                     optimizer: str = "bootstrap", max_bootstrapped_demos: int = 4, max_labeled_demos: int = 4,
@@ -194,7 +123,7 @@ def optimize_answer(pipeline: NemoriPipeline, trainset: list[dspy.Example], metr
         pipeline: the pipeline whose answer stage is tuned (updated in place; other stages untouched).
         trainset: examples from ``locomo_answer_examples`` (inputs ``context``, ``question``).
         metric: DSPy metric ``(example, pred, trace=None) -> float in [0, 1] or bool``.
-        optimizer: ``"bootstrap"``, ``"labeled"`` or ``"mipro"`` (see ``make_optimizer``).
+        optimizer: one of ``OPTIMIZERS`` (see ``optimize.make_optimizer``).
         max_bootstrapped_demos / max_labeled_demos: demo budgets (demos per prompt ≤ their max).
         **kw: extra constructor arguments of the optimizer (e.g. ``metric_threshold=0.5``).
     Returns:
@@ -206,8 +135,9 @@ def optimize_answer(pipeline: NemoriPipeline, trainset: list[dspy.Example], metr
     """
     if not trainset:
         raise ValueError("trainset is empty. Fix: build examples with locomo_answer_examples first.")
-    teleprompter = make_optimizer(optimizer, metric, max_bootstrapped_demos, max_labeled_demos, **kw)
-    compiled = teleprompter.compile(AnswerProgram(pipeline), trainset=trainset)
+    teleprompter = make_optimizer(optimizer, metric, Budget(max_bootstrapped_demos=max_bootstrapped_demos,
+                                                            max_labeled_demos=max_labeled_demos), **kw)
+    compiled = compile_program(teleprompter, AnswerProgram(pipeline), trainset)
     compiled.apply_to(pipeline)
     return compiled
 

@@ -44,8 +44,9 @@ def _routes() -> dict[tuple, str]:
     return out
 
 
-#: field key → signature class name (see ``_routes``).
-ROUTES = _routes()
+#: field key → signature class name (see ``_routes``), plus DSPy's own optimizer signatures.
+ROUTES = {**_routes(),
+          field_key(["current_instruction", "examples_with_feedback"], ["new_instruction"]): "GEPAProposeInstruction"}
 
 
 def signature_fields(system: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -125,11 +126,13 @@ class ScriptedLM(UsageTrackingMixin, dspy.LM):
         key = signature_fields(system)
         if key in ROUTES:
             return ROUTES[key]
+        if key is None and "raw" in self.responders:  # a bare prompt (e.g. GEPA's reflection): no fields
+            return "raw"
         raise AssertionError(f"unrouted prompt (fields {key}): {system[:200]}")
 
     def reply(self, system: str, user: str) -> str:
         name = self.route(system)
-        inputs = parse_inputs(user)
+        inputs = parse_inputs(user) if name != "raw" else {"prompt": system + "\n" + user}
         with self._lock:
             self.calls[name] = self.calls.get(name, 0) + 1
             self.prompts.append((name, inputs))

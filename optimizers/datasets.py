@@ -1,0 +1,177 @@
+"""Stage datasets for tuning, split by conversation, from a built memory's stage records + LoCoMo's QA.
+
+Labels come from LoCoMo's questions: a question's evidence ``dia_id``s locate the episode(s) holding those
+turns, and an episode's labels are the scored questions (with their gold answers) having at least one
+evidence turn among its messages. Construction-stage examples come from the records written while the
+memory was built (``nemori_dspy.recording``), so a trial re-runs one stage call, never the whole build.
+
+``partition`` has no stage dataset: its hard constraint (a true partition) is enforced by
+``repair_partition`` whatever the model says, and LoCoMo's only boundary labels (sessions) are already
+enforced by the time-gap split (``episode_split_gap_hours``), so the weak labels left would score nothing
+the pipeline does not already guarantee. Tune it end to end (``optimize --metric end-to-end``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import dspy
+
+from nemori_dspy.errors import ConfigError
+from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
+from nemori_dspy.eval.metrics import _norm_id
+from nemori_dspy.recording import StageRecord
+
+__all__ = ["questions_for", "narrate_examples", "distill_examples", "consolidate_examples", "check_split",
+           "CONSOLIDATION_CASES"]
+
+
+def questions_for(conv: LoCoMoConversation, message_ids: Iterable[str],
+                  categories: Sequence[int] = SCORED_CATEGORIES) -> list[LoCoMoQuestion]:
+    """The scored questions of ``conv`` (non-empty gold answer) with at least one evidence turn in
+    ``message_ids`` (ids compared in canonical ``D<s>:<t>`` form), in file order."""
+    ids = {_norm_id(m) for m in message_ids}
+    return [q for q in conv.questions
+            if q.category in categories and q.answer and any(_norm_id(e) in ids for e in q.evidence)]
+
+
+def _by_user(conversations: Iterable[LoCoMoConversation]) -> dict[str, LoCoMoConversation]:
+    return {c.sample_id: c for c in conversations}
+
+
+def _labels(conv: LoCoMoConversation, message_ids: list[str]) -> dict:
+    qs = questions_for(conv, message_ids)
+    return {"gold_answers": [q.answer for q in qs], "questions": [q.question for q in qs],
+            "sample_id": conv.sample_id}
+
+
+def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoConversation],
+                     labelled_only: bool = True) -> list[dspy.Example]:
+    """One example per recorded P_nar call of the given conversations.
+
+    Returns:
+        Examples with input ``messages`` (exactly the text the stage saw) and labels ``gold_answers``,
+        ``questions``, ``sample_id``, ``recorded`` (the narrative that was written). With ``labelled_only``,
+        calls whose episode holds no question's evidence are left out (they give the metric nothing to count).
+    """
+    convs = _by_user(conversations)
+    out = []
+    for rec in records:
+        conv = convs.get(rec.meta.get("user_id", ""))
+        if rec.stage != "narrate" or conv is None:
+            continue
+        labels = _labels(conv, rec.meta.get("message_ids", []))
+        if labelled_only and not labels["gold_answers"]:
+            continue
+        out.append(dspy.Example(messages=rec.inputs["messages"], recorded=rec.outputs.get("narrative", ""),
+                                **labels).with_inputs("messages"))
+    return out
+
+
+def distill_examples(records: list[StageRecord], conversations: Iterable[LoCoMoConversation],
+                     labelled_only: bool = True) -> list[dspy.Example]:
+    """One example per distilled episode: its recorded P_ant inputs (cue, evoked facts) joined with its P_dis
+    inputs (messages, prediction) by episode id.
+
+    Returns:
+        Examples with inputs ``episode_cue``, ``known_facts``, ``episode_messages``, ``predicted_episode`` and
+        labels ``gold_answers``, ``questions``, ``known_before`` (entries nearest the episode before its
+        distillation), ``sample_id``.
+    """
+    convs = _by_user(conversations)
+    anticipated: dict[tuple[str, str], StageRecord] = {}
+    for rec in records:
+        if rec.stage == "anticipate":
+            anticipated[(rec.meta.get("user_id", ""), rec.meta.get("episode_id", ""))] = rec
+    out = []
+    for rec in records:
+        key = (rec.meta.get("user_id", ""), rec.meta.get("episode_id", ""))
+        conv, ant = convs.get(key[0]), anticipated.get(key)
+        if rec.stage != "distill" or conv is None or ant is None:
+            continue
+        labels = _labels(conv, rec.meta.get("message_ids", []))
+        if labelled_only and not labels["gold_answers"]:
+            continue
+        out.append(dspy.Example(episode_cue=ant.inputs["episode_cue"], known_facts=ant.inputs.get("known_facts", []),
+                                episode_messages=rec.inputs["episode_messages"],
+                                predicted_episode=rec.inputs["predicted_episode"],
+                                known_before=rec.meta.get("known_before", []), **labels)
+                   .with_inputs("episode_cue", "known_facts", "episode_messages", "predicted_episode"))
+    return out
+
+
+#: Hand-written P_con cases with a known right action (people and facts invented for this project).
+#: Each: (insight, existing entries, action, 1-based targets). Split: cases of ``group`` "a" train, "b" dev.
+CONSOLIDATION_CASES: list[dict] = [
+    {"group": "a", "insight": "Priya now prefers tea over coffee (June 2024).",
+     "existing": ["Priya drinks two cups of coffee every morning (March 2024).", "Priya works as a nurse."],
+     "action": "conflict", "targets": [1]},
+    {"group": "a", "insight": "Tomas adopted a second cat named Pixel in May 2024.",
+     "existing": ["Tomas has a cat named Biscuit.", "Tomas lives in Porto."], "action": "merge", "targets": [1]},
+    {"group": "a", "insight": "Lena started learning the cello in 2023.",
+     "existing": ["Lena's brother plays football.", "Lena likes hiking in the Alps."], "action": "new", "targets": []},
+    {"group": "a", "insight": "Omar moved from Cairo to Berlin in January 2024.",
+     "existing": ["Omar lives in Cairo.", "Omar is a software engineer."], "action": "conflict", "targets": [1]},
+    {"group": "a", "insight": "Ines ran the Lisbon half marathon on 6 October 2023 in 1:52.",
+     "existing": ["Ines ran the Lisbon half marathon in October 2023.", "Ines has two children."],
+     "action": "merge", "targets": [1]},
+    {"group": "a", "insight": "Kofi is allergic to peanuts.",
+     "existing": ["Kofi enjoys cooking Ghanaian food.", "Kofi's sister lives in Accra."], "action": "new",
+     "targets": []},
+    {"group": "a", "insight": "Mara is no longer vegetarian since spring 2024.",
+     "existing": ["Mara has been vegetarian for five years.", "Mara likes Italian food."],
+     "action": "conflict", "targets": [1]},
+    {"group": "a", "insight": "Jun plays the guitar and the piano.",
+     "existing": ["Jun plays the guitar.", "Jun studies biology."], "action": "merge", "targets": [1]},
+    {"group": "b", "insight": "Aisha switched from running to swimming in August 2024.",
+     "existing": ["Aisha runs 5 km every day (2023).", "Aisha has a dog named Rumi."],
+     "action": "conflict", "targets": [1]},
+    {"group": "b", "insight": "Felix visited Kyoto with his sister in April 2024.",
+     "existing": ["Felix works at a bakery.", "Felix's favourite colour is green."], "action": "new", "targets": []},
+    {"group": "b", "insight": "Noor's daughter Lina turned six on 3 March 2024.",
+     "existing": ["Noor has a daughter named Lina.", "Noor teaches maths."], "action": "merge", "targets": [1]},
+    {"group": "b", "insight": "Ravi now works remotely for a company in Toronto.",
+     "existing": ["Ravi commutes to an office in Mumbai every day.", "Ravi likes cricket."],
+     "action": "conflict", "targets": [1]},
+    {"group": "b", "insight": "Elsa is learning Japanese.",
+     "existing": ["Elsa speaks Swedish and English.", "Elsa's partner is named Bo."], "action": "new", "targets": []},
+    {"group": "b", "insight": "Diego's band played its first concert in Madrid in May 2024.",
+     "existing": ["Diego plays drums in a band.", "Diego has a brother."], "action": "merge", "targets": [1]},
+]
+
+
+def consolidate_examples(group: str | None = None) -> list[dspy.Example]:
+    """P_con examples from ``CONSOLIDATION_CASES`` (``group`` "a" = train, "b" = dev, None = all).
+
+    Returns:
+        Examples with inputs ``insight``, ``existing_entries`` (rendered as the pipeline renders candidates)
+        and labels ``action``, ``targets``.
+    """
+    from nemori_dspy.formatting import render_entries
+
+    return [dspy.Example(insight=c["insight"], existing_entries=render_entries(c["existing"]), action=c["action"],
+                         targets=c["targets"]).with_inputs("insight", "existing_entries")
+            for c in CONSOLIDATION_CASES if group is None or c["group"] == group]
+
+
+def check_split(train_ids: Sequence[str], dev_ids: Sequence[str]) -> None:
+    """Train and dev must be different conversations.
+
+    Raises:
+        ConfigError: a conversation is in both, or either side is empty.
+    """
+    both = sorted(set(train_ids) & set(dev_ids))
+    if both:
+        raise ConfigError(f"conversation(s) {both} are in both --train and --dev. Fix: split by conversation "
+                          "(e.g. --train conv-26,conv-30 --dev conv-41).")
+    if not train_ids or not dev_ids:
+        raise ConfigError("--train and --dev each need at least one conversation id. Fix: e.g. --train conv-26 "
+                          "--dev conv-30.")
+
+
+def _group(examples: list[dspy.Example]) -> dict[str, list[dspy.Example]]:
+    out: dict[str, list[dspy.Example]] = defaultdict(list)
+    for ex in examples:
+        out[ex.sample_id].append(ex)
+    return out

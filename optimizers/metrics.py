@@ -1,0 +1,294 @@
+"""Stage metrics for tuning: what each one measures and why it measures that stage's job.
+
+All are DSPy metrics ``(example, pred, trace=None, pred_name=None, pred_trace=None)``. Called by
+``dspy.Evaluate``, MIPROv2, SIMBA or BootstrapFewShot (no ``pred_name``) they return a float in [0, 1];
+called by GEPA for feedback (``pred_name`` given) they return ``dspy.Prediction(score=float, feedback=str)``
+whose text says what the output lost (which gold answers, which dates stayed relative, which insights
+repeated memory), so the reflection model knows what to fix.
+
+LLM-free on purpose: a construction stage's score must not depend on a second model's judgement, and a
+trial must cost only the stage's own call.
+
+* ``answer_metric`` (P_ans): set-based token F1 against the gold answer (mem0/Nemori convention,
+  ``eval.metrics.token_f1``) — the paper's headline answer metric besides the LLM judge.
+* ``narrate_metric`` (P_nar): *answer coverage* of the narrative — the share of the episode's gold
+  answers (questions whose evidence turns lie in the episode) recoverable from it — minus a length penalty
+  (copying the messages verbatim must not win) and a penalty per relative date left unresolved. It measures
+  what narration is for: later retrieval and answering read the narrative, not the messages (§3.2.2).
+* ``distill_metric`` (P_ant + P_dis): the same coverage over the insights, minus a penalty per insight that
+  restates an entry already in semantic memory (prediction error should keep only what memory missed,
+  §3.3.2) and the same length penalty (listing every message as an insight must not win).
+* ``consolidate_metric`` (P_con): accuracy of the action (new / merge / conflict) and, for merge and conflict,
+  of the targets (Jaccard), on cases with a known right answer (§3.3.3).
+
+Coverage of one gold answer: dates are compared as dates (``7 May 2023`` matches ``May 7, 2023`` and
+``2023-05-07``; a gold ``May 2023`` matches any day of that month), the other words by Porter-stemmed token
+recall without stop words; both halves weigh equally when a gold answer has both.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import dspy
+from nltk.stem import PorterStemmer
+
+from nemori_dspy.eval.metrics import token_f1
+from nemori_dspy.temporal import _PATTERN as _RELATIVE
+
+__all__ = [
+    "extract_dates", "content_tokens", "answer_coverage", "coverage_report", "length_penalty",
+    "unresolved_relative_dates", "restatements", "answer_metric", "narrate_metric", "distill_metric",
+    "consolidate_metric", "STAGE_METRICS", "LENGTH_FREE_RATIO", "LENGTH_WEIGHT", "RELATIVE_DATE_PENALTY",
+    "RESTATEMENT_PENALTY", "RESTATEMENT_JACCARD",
+]
+
+#: outputs up to this share of the messages' word count cost nothing; above it, the excess is subtracted
+#: (× ``LENGTH_WEIGHT``). A verbatim copy (ratio ≈ 1) thus loses 0.5: it never beats a faithful summary.
+LENGTH_FREE_RATIO = 0.5
+LENGTH_WEIGHT = 1.0
+#: subtracted per relative date ("last week") left without an absolute date near it (at most 3 counted).
+RELATIVE_DATE_PENALTY = 0.1
+#: subtracted per insight restating a known entry (at most 5 counted).
+RESTATEMENT_PENALTY = 0.1
+#: an insight restates a known entry at this Jaccard similarity of their content-token sets (or more).
+RESTATEMENT_JACCARD = 0.7
+
+_MONTHS = {m: i for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july", "august",
+                                       "september", "october", "november", "december"], 1)}
+_MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
+_MONTHS["sept"] = 9
+_MON = r"(january|february|march|april|may|june|july|august|september|october|november|december|" \
+       r"jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
+_ORD = r"(?:st|nd|rd|th)?"
+_DATE_PATTERNS = [
+    (re.compile(rf"\b(\d{{1,2}}){_ORD}\s+(?:of\s+)?{_MON},?\s+(\d{{4}})\b", re.I), ("d", "m", "y")),
+    (re.compile(rf"\b{_MON}\s+(\d{{1,2}}){_ORD},?\s+(\d{{4}})\b", re.I), ("m", "d", "y")),
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), ("y", "m", "d")),
+    (re.compile(rf"\b{_MON},?\s+(\d{{4}})\b", re.I), ("m", "y")),
+    (re.compile(r"\b(19\d{2}|20\d{2})\b"), ("y",)),
+]
+_STOP = set("""a an the and or of to in on at for with by from as is are was were be been being it its this that these
+those he she they them his her their i me my we our you your who whom what which when where why how did do does done
+has have had not no yes but so if than then there here about into over after before during also just very""".split())
+_STEM = PorterStemmer()
+_WORD = re.compile(r"[a-z0-9']+")
+
+Date = tuple[int | None, int | None, int | None]  # (year, month, day); None = not stated
+
+
+def extract_dates(text: str) -> tuple[list[Date], str]:
+    """Dates written in ``text`` as (year, month, day) with None for parts not stated, and the text
+    with those date spans blanked out (so their words do not count again as content tokens).
+
+    Recognised: ``7 May 2023``, ``7th of May, 2023``, ``May 7, 2023``, ``2023-05-07``, ``May 2023``,
+    a bare year ``2023``. A more specific match wins over a less specific one on the same span.
+    """
+    dates: list[Date] = []
+    rest = text
+    for pattern, order in _DATE_PATTERNS:
+        def take(m: re.Match) -> str:
+            parts = dict(zip(order, m.groups()))
+            month = parts.get("m")
+            mon = _MONTHS.get(month.lower().rstrip(".")) if month and not month.isdigit() else (
+                int(month) if month else None)
+            day = int(parts["d"]) if parts.get("d") else None
+            if mon is not None and not 1 <= mon <= 12 or day is not None and not 1 <= day <= 31:
+                return m.group(0)
+            dates.append((int(parts["y"]), mon, day))
+            return " " * len(m.group(0))
+        rest = pattern.sub(take, rest)
+    return dates, rest
+
+
+def content_tokens(text: str) -> set[str]:
+    """Porter-stemmed lowercase word tokens of ``text`` without stop words."""
+    return {_STEM.stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def _date_found(gold: Date, found: list[Date]) -> bool:
+    return any(all(g is None or g == f for g, f in zip(gold, cand)) for cand in found)
+
+
+def answer_coverage(text: str, gold: str) -> float | None:
+    """How much of one gold answer ``text`` holds, in [0, 1]; None for an empty gold answer.
+
+    Date part: share of the gold's dates found in ``text`` (parts the gold states must agree). Word part:
+    share of the gold's content tokens (``content_tokens``, outside dates) found in ``text``. The mean of the
+    parts the gold answer has.
+    """
+    gold_dates, gold_rest = extract_dates(str(gold))
+    gold_words = content_tokens(gold_rest)
+    if not gold_dates and not gold_words:
+        return None
+    text_dates, _ = extract_dates(text)
+    text_words = content_tokens(text)
+    parts = []
+    if gold_dates:
+        parts.append(sum(_date_found(d, text_dates) for d in gold_dates) / len(gold_dates))
+    if gold_words:
+        parts.append(len(gold_words & text_words) / len(gold_words))
+    return sum(parts) / len(parts)
+
+
+def coverage_report(text: str, golds: list[str]) -> tuple[float | None, list[str], list[str]]:
+    """(mean coverage over the non-empty gold answers or None, gold answers lost (< 0.5), gold answers kept)."""
+    scored = [(g, answer_coverage(text, g)) for g in golds]
+    scored = [(g, c) for g, c in scored if c is not None]
+    if not scored:
+        return None, [], []
+    mean = sum(c for _, c in scored) / len(scored)
+    return mean, [g for g, c in scored if c < 0.5], [g for g, c in scored if c >= 0.5]
+
+
+def _words(text: str) -> int:
+    return len(_WORD.findall(text.lower()))
+
+
+def _message_words(messages: str) -> int:
+    """Words of the messages' contents (the ``[date] speaker:`` prefix of each line left out)."""
+    return sum(_words(line.split(": ", 1)[-1]) for line in messages.splitlines())
+
+
+def length_penalty(output: str, messages: str) -> tuple[float, float]:
+    """(penalty, ratio): ratio = output words / message words; penalty = max(0, ratio − 0.5) × 1.0."""
+    ratio = _words(output) / max(1, _message_words(messages))
+    return max(0.0, ratio - LENGTH_FREE_RATIO) * LENGTH_WEIGHT, ratio
+
+
+def unresolved_relative_dates(text: str, window: int = 40) -> list[str]:
+    """Relative expressions ("last week", "yesterday") in ``text`` with no explicit date within ``window``
+    characters on either side."""
+    out = []
+    for m in _RELATIVE.finditer(text):
+        around = text[max(0, m.start() - window):m.end() + window]
+        if not extract_dates(around)[0]:
+            out.append(m.group(0))
+    return out
+
+
+def restatements(insights: list[str], known: list[str]) -> list[str]:
+    """Insights whose content tokens overlap a known entry's at Jaccard ≥ 0.7 (or equal after lowercasing)."""
+    known_sets = [(k.strip().lower(), content_tokens(k)) for k in known]
+    out = []
+    for ins in insights:
+        toks = content_tokens(ins)
+        for text, ks in known_sets:
+            union = toks | ks
+            if ins.strip().lower() == text or (union and len(toks & ks) / len(union) >= RESTATEMENT_JACCARD):
+                out.append(ins)
+                break
+    return out
+
+
+def _result(score: float, feedback: str, pred_name: str | None) -> Any:
+    score = min(1.0, max(0.0, score))
+    return dspy.Prediction(score=score, feedback=feedback) if pred_name is not None else score
+
+
+def _golds(example: Any) -> list[str]:
+    return [str(g) for g in (getattr(example, "gold_answers", None) or [])]
+
+
+def _lost_text(lost: list[str], example: Any) -> str:
+    qs = dict(zip(_golds(example), getattr(example, "questions", None) or []))
+    return "; ".join(f"'{g}' (asked: {qs[g]})" if g in qs else f"'{g}'" for g in lost[:6])
+
+
+# ---------------------------------------------------------------- per stage
+
+def answer_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                  pred_trace: Any = None) -> Any:
+    """P_ans: token F1 of ``pred.answer`` against ``example.answer`` (mem0/Nemori set-based F1), in [0, 1]."""
+    answer, gold = str(getattr(pred, "answer", "") or ""), str(getattr(example, "answer", "") or "")
+    score = token_f1(answer, gold)
+    if score >= 1.0:
+        feedback = "Correct: the answer matches the gold answer."
+    else:
+        feedback = (f"Token F1 {score:.2f}. The gold answer is '{gold}'; the answer given was '{answer}'. "
+                    "Answer with the short phrase from the context that answers the question (names, dates "
+                    "as written in the context), without extra words.")
+    return _result(score, feedback, pred_name)
+
+
+def narrate_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                   pred_trace: Any = None) -> Any:
+    """P_nar: answer coverage of ``cue + narrative`` − length penalty − 0.1 per unresolved relative date.
+
+    ``example`` has inputs ``messages`` and labels ``gold_answers`` (and ``questions`` for feedback). An
+    example without gold answers scores only the penalties (1 − penalties).
+    """
+    text = f"{getattr(pred, 'cue', '') or ''}\n{getattr(pred, 'narrative', '') or ''}"
+    cov, lost, _ = coverage_report(text, _golds(example))
+    pen, ratio = length_penalty(str(getattr(pred, "narrative", "") or ""), example.messages)
+    rel = unresolved_relative_dates(text)
+    score = (1.0 if cov is None else cov) - pen - RELATIVE_DATE_PENALTY * min(3, len(rel))
+    notes = [f"Answer coverage {cov:.2f}." if cov is not None else "No gold answers for this episode."]
+    if lost:
+        notes.append(f"The narrative lost these facts that later questions ask about: {_lost_text(lost, example)}. "
+                     "Keep such concrete details (names, places, dates, objects, numbers).")
+    if pen:
+        notes.append(f"The narrative is {ratio:.0%} as long as the messages (penalty {pen:.2f}): summarise, "
+                     "do not copy the messages.")
+    if rel:
+        notes.append(f"Relative dates left unresolved: {', '.join(repr(r) for r in rel[:3])}; write the absolute "
+                     "date from the message timestamps.")
+    return _result(score, " ".join(notes), pred_name)
+
+
+def distill_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                   pred_trace: Any = None) -> Any:
+    """P_ant + P_dis: answer coverage of the insights − 0.1 per insight restating a known entry − length penalty.
+
+    ``example`` has input ``episode_messages`` and labels ``gold_answers`` and ``known_before`` (the texts of
+    the semantic entries nearest the episode before it was distilled).
+    """
+    insights = [str(i) for i in (getattr(pred, "insights", None) or [])]
+    text = "\n".join(insights)
+    cov, lost, _ = coverage_report(text, _golds(example))
+    again = restatements(insights, list(getattr(example, "known_before", None) or []))
+    pen, ratio = length_penalty(text, example.episode_messages)
+    score = (1.0 if cov is None else cov) - RESTATEMENT_PENALTY * min(5, len(again)) - pen
+    notes = [f"Answer coverage {cov:.2f} over {len(insights)} insight(s)." if cov is not None
+             else "No gold answers for this episode."]
+    if lost:
+        notes.append(f"These facts from the episode were not extracted: {_lost_text(lost, example)}.")
+    if again:
+        notes.append(f"{len(again)} insight(s) restate what memory already knew, e.g. '{again[0]}': keep only "
+                     "what the prediction missed.")
+    if pen:
+        notes.append(f"The insights are {ratio:.0%} as long as the messages (penalty {pen:.2f}): one short "
+                     "fact per insight, no copying.")
+    return _result(score, " ".join(notes), pred_name)
+
+
+def consolidate_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                       pred_trace: Any = None) -> Any:
+    """P_con: 0 for a wrong action; for the right one 1 (``new``) or 0.5 + 0.5 × Jaccard(targets) (merge/conflict).
+
+    ``example`` labels: ``action`` ("new" | "merge" | "conflict") and ``targets`` (1-based entry numbers).
+    """
+    gold_action, action = str(example.action), str(getattr(pred, "action", "") or "").strip().lower()
+    gold_t = {int(t) for t in (example.targets or [])}
+    try:
+        got_t = {int(t) for t in (getattr(pred, "targets", None) or [])}
+    except (TypeError, ValueError):
+        got_t = set()
+    if action != gold_action:
+        score = 0.0
+        feedback = f"Wrong action: '{action}', the right one is '{gold_action}'" + (
+            f" with targets {sorted(gold_t)}." if gold_t else ".")
+    elif gold_action == "new":
+        score, feedback = 1.0, "Correct: new."
+    else:
+        union = gold_t | got_t
+        score = 0.5 + 0.5 * (len(gold_t & got_t) / len(union) if union else 1.0)
+        feedback = (f"Right action '{action}'; targets {sorted(got_t)} vs the right {sorted(gold_t)}."
+                    + ("" if got_t == gold_t else " Name exactly the entries about the same subject."))
+    return _result(score, feedback, pred_name)
+
+
+#: stage → its metric (``distill`` and ``anticipate`` share ``distill_metric``).
+STAGE_METRICS = {"answer": answer_metric, "narrate": narrate_metric, "distill": distill_metric,
+                 "anticipate": distill_metric, "consolidate": consolidate_metric}

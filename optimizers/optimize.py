@@ -1,0 +1,163 @@
+"""DSPy optimizers by name, with budgets from flags, and scoring of a program on a dev set.
+
+``make_optimizer(name, metric, budget, prompt_model)`` → a ``Tuner`` whose ``compile(program, trainset,
+valset)`` runs the teleprompter dspy 3.4 ships under that name:
+
+| name | teleprompter | budget used | prompt / reflection model |
+|---|---|---|---|
+| ``bootstrap`` | ``BootstrapFewShot`` | demos | teacher (``teacher_settings``) |
+| ``labeled`` | ``LabeledFewShot`` | ``max_labeled_demos`` | — (no LM calls) |
+| ``mipro`` | ``MIPROv2`` | ``auto`` or ``num_trials`` (+ ``num_candidates``), demos | ``prompt_model`` |
+| ``gepa`` | ``GEPA`` | ``auto`` or ``max_metric_calls`` | ``reflection_lm`` |
+| ``simba`` | ``SIMBA`` | ``num_trials`` = steps (``auto``: light 4, medium 8, heavy 12), demos | ``prompt_model`` |
+
+So a small student can be taught by a larger model: pass the larger one as ``prompt_model``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import dspy
+from pydantic import BaseModel, Field
+
+from nemori_dspy.eval.metrics import mean_ci95
+
+__all__ = ["OPTIMIZERS", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program", "DevScore"]
+
+#: optimizer names accepted by ``make_optimizer`` (the ones dspy 3.4 ships).
+OPTIMIZERS: tuple[str, ...] = ("bootstrap", "labeled", "mipro", "gepa", "simba")
+
+_SIMBA_STEPS = {"light": 4, "medium": 8, "heavy": 12}
+
+Metric = Callable[..., Any]
+
+
+class Budget(BaseModel):
+    """How much an optimizer may spend (CLI: ``--auto``, ``--max-metric-calls``, ``--num-trials``,
+    ``--num-threads``, ``--max-demos``). ``None`` lets each optimizer pick its own default (``auto="light"``
+    for MIPROv2 and GEPA)."""
+
+    auto: Literal["light", "medium", "heavy"] | None = None
+    max_metric_calls: int | None = Field(default=None, ge=1, description="GEPA: metric calls in all")
+    num_trials: int | None = Field(default=None, ge=1, description="MIPROv2 trials / SIMBA steps")
+    num_candidates: int | None = Field(default=None, ge=1, description="MIPROv2 instruction/demo candidates")
+    num_threads: int = Field(default=1, ge=1)
+    max_bootstrapped_demos: int = Field(default=4, ge=0)
+    max_labeled_demos: int = Field(default=4, ge=0)
+    seed: int = 0
+
+
+@dataclass
+class Tuner:
+    """A teleprompter plus the compile arguments its budget implies."""
+
+    name: str
+    teleprompter: Any
+    compile_kw: dict[str, Any] = field(default_factory=dict)
+
+    def compile(self, student: dspy.Module, trainset: list[dspy.Example],
+                valset: list[dspy.Example] | None = None) -> dspy.Module:
+        """Run the optimizer; returns the compiled copy (the student is not changed)."""
+        kw = dict(self.compile_kw)
+        if self.name in ("mipro", "gepa") and valset:
+            kw["valset"] = valset
+        if self.name == "mipro":
+            n_val = len(valset or trainset)
+            kw.setdefault("minibatch_size", max(1, min(35, n_val)))
+            kw.setdefault("minibatch", n_val > kw["minibatch_size"])
+        if self.name == "simba":
+            self.teleprompter.bsize = max(1, min(self.teleprompter.bsize, len(trainset)))
+        return self.teleprompter.compile(student, trainset=trainset, **kw)
+
+
+def make_optimizer(name: str, metric: Metric, budget: Budget | None = None, prompt_model: dspy.BaseLM | None = None,
+                   max_bootstrapped_demos: int | None = None, max_labeled_demos: int | None = None,
+                   **kw: Any) -> Tuner:
+    """A ``Tuner`` for optimizer ``name`` (see the module table); ``kw`` go to the teleprompter's constructor.
+
+    Args:
+        name: one of ``OPTIMIZERS``.
+        metric: DSPy metric ``(example, pred, trace=None, pred_name=None, pred_trace=None)``; GEPA uses the
+            feedback text it returns when given ``pred_name`` (``optimizers.metrics``).
+        budget: spending limits (default ``Budget()``).
+        prompt_model: the proposer / reflection / teacher LM (None = ``dspy.settings.lm``; GEPA needs one).
+        max_bootstrapped_demos / max_labeled_demos: shortcuts overriding the budget's demo counts.
+    Raises:
+        ValueError: unknown ``name``, or GEPA without any reflection LM configured.
+    """
+    b = (budget or Budget()).model_copy(update={k: v for k, v in (("max_bootstrapped_demos", max_bootstrapped_demos),
+                                                                   ("max_labeled_demos", max_labeled_demos))
+                                                if v is not None})
+    if name == "bootstrap":
+        teacher = {"teacher_settings": {"lm": prompt_model}} if prompt_model is not None else {}
+        return Tuner(name, dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=b.max_bootstrapped_demos,
+                                                 max_labeled_demos=b.max_labeled_demos, **teacher, **kw))
+    if name == "labeled":
+        return Tuner(name, dspy.LabeledFewShot(k=b.max_labeled_demos, **kw))
+    if name == "mipro":
+        auto = None if b.num_trials else (b.auto or "light")
+        tp = dspy.MIPROv2(metric, prompt_model=prompt_model, auto=auto,
+                          num_candidates=(b.num_candidates or 3) if auto is None else None,
+                          num_threads=b.num_threads, max_bootstrapped_demos=b.max_bootstrapped_demos,
+                          max_labeled_demos=b.max_labeled_demos, seed=b.seed, verbose=False, **kw)
+        return Tuner(name, tp, {"num_trials": b.num_trials} if auto is None else {})
+    if name == "gepa":
+        reflection = prompt_model or dspy.settings.lm
+        if reflection is None:
+            raise ValueError("GEPA needs a reflection LM. Fix: pass --reflection-model (or prompt_model=).")
+        limit = ({"max_metric_calls": b.max_metric_calls} if b.max_metric_calls else {"auto": b.auto or "light"})
+        tp = dspy.GEPA(metric=metric, reflection_lm=reflection, num_threads=b.num_threads, seed=b.seed,
+                       track_stats=True, **limit, **kw)
+        return Tuner(name, tp)
+    if name == "simba":
+        steps = b.num_trials or _SIMBA_STEPS[b.auto or "light"]
+        tp = dspy.SIMBA(metric=metric, max_steps=steps, max_demos=b.max_bootstrapped_demos, prompt_model=prompt_model,
+                        num_threads=b.num_threads, num_candidates=kw.pop("num_candidates", 4), **kw)
+        return Tuner(name, tp, {"seed": b.seed})
+    raise ValueError(f"unknown optimizer {name!r}. Fix: use one of {', '.join(OPTIMIZERS)}.")
+
+
+def compile_program(tuner: Tuner, program: dspy.Module, trainset: list[dspy.Example],
+                    valset: list[dspy.Example] | None = None) -> dspy.Module:
+    """``tuner.compile`` (kept as a function for symmetry with ``score_program``)."""
+    return tuner.compile(program, trainset, valset)
+
+
+class DevScore(BaseModel):
+    """A program's score on a dev set: mean and normal-approximation 95% CI (``eval.metrics.mean_ci95``),
+    all in [0, 1], over ``n`` examples; ``scores`` per example in dev order."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    scores: list[float]
+
+    def cell(self) -> str:
+        """``"42.0 [30.1–53.9] (n=12)"`` (×100, as the eval tables print)."""
+        return f"{100 * self.mean:.1f} [{100 * self.low:.1f}–{100 * self.high:.1f}] (n={self.n})"
+
+
+def _score_of(value: Any) -> float:
+    if isinstance(value, dspy.Prediction):
+        return float(value.score)
+    return float(value)
+
+
+def score_program(program: dspy.Module, devset: list[dspy.Example], metric: Metric,
+                  num_threads: int = 1) -> DevScore:
+    """Score ``program`` on ``devset`` with ``dspy.Evaluate`` (a call that raises scores 0).
+
+    Raises:
+        ValueError: empty devset.
+    """
+    if not devset:
+        raise ValueError("devset is empty. Fix: pass at least one example (check --dev and --sessions).")
+    evaluate = dspy.Evaluate(devset=devset, metric=metric, num_threads=num_threads, display_progress=False,
+                             failure_score=0.0)
+    result = evaluate(program)
+    scores = [_score_of(s) for *_, s in result.results]
+    mean, low, high = mean_ci95(scores)
+    return DevScore(mean=mean, low=low, high=high, n=len(scores), scores=scores)

@@ -1,0 +1,168 @@
+"""Stage programs: one pipeline stage (or two) as a ``dspy.Module`` an optimizer can compile.
+
+Each program *wraps the pipeline's own* ``StagePredict`` objects, so before optimizing it is exactly what
+runs in the pipeline, and ``apply_to(pipeline)`` writes a compiled copy's instructions and demos back into
+the pipeline (each pipeline predictor keeps its own stage LM). Stages a program holds but does not tune
+(``frozen``) are kept out of ``named_predictors()``, so optimizers cannot change them.
+
+| stage name | program | forward inputs → outputs |
+|---|---|---|
+| ``narrate`` | ``NarrateProgram`` | messages → cue, narrative |
+| ``distill`` | ``DistillProgram(tune=("distill",))`` | episode_messages, predicted_episode → insights |
+| ``anticipate`` | ``DistillProgram(tune=("anticipate",))`` | episode_cue, known_facts, episode_messages → insights |
+| ``anticipate+distill`` | ``DistillProgram(tune=("anticipate", "distill"))`` | as above, both tuned as one program |
+| ``consolidate`` | ``ConsolidateProgram`` | insight, existing_entries → action, targets, merged_text |
+| ``answer`` | ``AnswerProgram`` (``optimizers/answer.py``) | context, question → answer |
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import dspy
+
+from nemori_dspy.errors import ConfigError
+from nemori_dspy.modules.pipeline import NemoriPipeline
+
+__all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram", "ConsolidateProgram",
+           "clean_insights", "pipeline_stage"]
+
+#: stage name → attribute path of its ``StagePredict`` in ``NemoriPipeline``.
+PIPELINE_PATHS = {
+    "partition": "episodic.partition", "narrate": "episodic.narrate", "select": "episodic.select",
+    "integrate": "episodic.integrate", "anticipate": "semantic.anticipate", "distill": "semantic.distill",
+    "consolidate": "semantic.consolidate", "direct_distill": "semantic.direct_distill", "answer": "response.answer",
+}
+
+
+def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:
+    """The pipeline's ``StagePredict`` of ``stage``.
+
+    Raises:
+        ConfigError: unknown stage name.
+    """
+    if stage not in PIPELINE_PATHS:
+        raise ConfigError(f"unknown stage {stage!r}. Fix: use one of {', '.join(PIPELINE_PATHS)}.")
+    obj: Any = pipeline
+    for part in PIPELINE_PATHS[stage].split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _Shared:
+    """A value ``copy.deepcopy`` (hence ``Module.deepcopy``/``reset_copy``) passes through by reference,
+    and that DSPy's parameter walk does not enter: frozen stages and stage LMs live in one."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __deepcopy__(self, memo: dict) -> "_Shared":
+        return self
+
+
+def _stage_lm(module: dspy.Module) -> dspy.BaseLM | None:
+    lms = {p.lm for _, p in module.named_predictors() if p.lm is not None}
+    return lms.pop() if len(lms) == 1 else None
+
+
+class StageProgram(dspy.Module):
+    """Base: holds tuned stages as attributes named after the stage, frozen ones out of the optimizer's reach.
+
+    Calls go through ``call(stage, **inputs)``, which uses the stage's own LM when the pipeline gave it one
+    (remembered: optimizers' ``reset_copy`` clears per-predictor LMs), else ``dspy.settings.lm``.
+    """
+
+    def __init__(self, pipeline: NemoriPipeline, tune: tuple[str, ...], frozen: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.tuned = tuple(tune)
+        lms: dict[str, dspy.BaseLM | None] = {}
+        for name in tune:
+            stage = pipeline_stage(pipeline, name)
+            setattr(self, name, stage)
+            lms[name] = _stage_lm(stage)
+        self._frozen = _Shared({name: pipeline_stage(pipeline, name) for name in frozen})
+        for name in frozen:
+            lms[name] = _stage_lm(self._frozen.value[name])
+        self._lms = _Shared(lms)
+
+    def call(self, stage: str, **inputs: Any) -> dspy.Prediction:
+        """Run one held stage (tuned or frozen) with its own LM if it has one."""
+        module = getattr(self, stage) if stage in self.tuned else self._frozen.value[stage]
+        lm = self._lms.value.get(stage)
+        with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
+            return module(**inputs)
+
+    def apply_to(self, pipeline: NemoriPipeline) -> NemoriPipeline:
+        """Copy the tuned stages' instructions, demos and field prefixes into ``pipeline`` (in place).
+
+        Each target predictor keeps its own LM; frozen stages are not touched.
+
+        Raises:
+            ConfigError: a stage's predictor structure differs (e.g. ChainOfThought vs Predict).
+        """
+        for name in self.tuned:
+            src, target = getattr(self, name), pipeline_stage(pipeline, name)
+            if src is target:
+                continue
+            a, b = dict(src.named_predictors()), dict(target.named_predictors())
+            if a.keys() != b.keys():
+                raise ConfigError(f"stage {name!r}: program predictors {sorted(a)} differ from the pipeline's "
+                                  f"{sorted(b)}. Fix: build the pipeline with the same predictor class for {name!r}.")
+            for key, predictor in b.items():
+                lm = predictor.lm
+                predictor.load_state({**a[key].dump_state(json_mode=False), "lm": None})
+                predictor.lm = lm
+        return pipeline
+
+
+class NarrateProgram(StageProgram):
+    """P_nar alone: ``forward(messages) -> Prediction(cue, narrative)`` (inputs exactly as recorded)."""
+
+    def __init__(self, pipeline: NemoriPipeline) -> None:
+        super().__init__(pipeline, ("narrate",))
+
+    def forward(self, messages: str) -> dspy.Prediction:
+        pred = self.call("narrate", messages=messages)
+        return dspy.Prediction(cue=str(pred.cue).strip(), narrative=str(pred.narrative).strip())
+
+
+def clean_insights(raw: object) -> list[str]:
+    """P_dis output → distinct non-empty insight strings, bullets stripped (as the pipeline stores them)."""
+    from nemori_dspy.modules.semantic import _clean_insights
+
+    return _clean_insights(raw)
+
+
+class DistillProgram(StageProgram):
+    """P_ant → P_dis: ``forward(episode_cue, known_facts, episode_messages, predicted_episode="")``
+    → ``Prediction(insights=list[str], predicted_episode=str)``.
+
+    With ``anticipate`` tuned the prediction is made anew from cue + known facts; with only ``distill``
+    tuned the recorded prediction (``predicted_episode``) is used, so the anticipation is held fixed.
+    """
+
+    def __init__(self, pipeline: NemoriPipeline, tune: tuple[str, ...] = ("distill",)) -> None:
+        bad = set(tune) - {"anticipate", "distill"}
+        if bad or not tune:
+            raise ConfigError(f"DistillProgram tunes 'anticipate' and/or 'distill', got {tune}.")
+        super().__init__(pipeline, tuple(tune), tuple(s for s in ("anticipate", "distill") if s not in tune))
+
+    def forward(self, episode_cue: str, known_facts: list[str], episode_messages: str,
+                predicted_episode: str = "") -> dspy.Prediction:
+        if "anticipate" in self.tuned or not predicted_episode:
+            predicted_episode = str(self.call("anticipate", episode_cue=episode_cue,
+                                              known_facts=list(known_facts)).predicted_episode)
+        found = self.call("distill", episode_messages=episode_messages, predicted_episode=predicted_episode).insights
+        return dspy.Prediction(insights=clean_insights(found), predicted_episode=predicted_episode)
+
+
+class ConsolidateProgram(StageProgram):
+    """P_con alone: ``forward(insight, existing_entries) -> Prediction(action, targets, merged_text)``."""
+
+    def __init__(self, pipeline: NemoriPipeline) -> None:
+        super().__init__(pipeline, ("consolidate",))
+
+    def forward(self, insight: str, existing_entries: str) -> dspy.Prediction:
+        d = self.call("consolidate", insight=insight, existing_entries=existing_entries)
+        return dspy.Prediction(action=str(d.action), targets=list(d.targets or []), merged_text=str(d.merged_text or ""))

@@ -1,0 +1,124 @@
+"""MLflow record of one optimization: a run opened when it starts (DSPy autolog logs the compile and the
+trial evaluations into it), params (stage, optimizer, budget, models, train/dev ids, slice, dataset
+checksum), metrics (dev before/after overall and per category, cost of optimizing per model), the compiled
+program as an artifact, and the tuned instructions registered as new versions of ``nemori-dspy-<stage>``.
+Experiment: ``<settings.mlflow_experiment>-optimize``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.eval.tracking import _set_experiment, flatten, tracking_uri
+
+__all__ = ["optimize_run", "log_results", "register_stage_prompt", "predictor_text"]
+
+log = logging.getLogger(__name__)
+
+
+def predictor_text(state: dict[str, Any]) -> str:
+    """The prompt-defining text of one saved predictor state: its instruction, fields and demos (JSON)."""
+    sig = state.get("signature", {})
+    return json.dumps({"instructions": sig.get("instructions"), "fields": sig.get("fields"),
+                       "demos": state.get("demos", [])}, sort_keys=True, default=str)
+
+
+def register_stage_prompt(stage: str, text: str, message: str, prefix: str = "nemori-dspy") -> int:
+    """Register ``text`` as a new version of ``<prefix>-<stage>`` unless the latest version is identical.
+
+    Returns the version number that holds ``text``.
+    """
+    import mlflow
+
+    name = f"{prefix}-{stage.replace('_', '-').replace('+', '-')}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cur = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
+        if cur is None or cur.template != text:
+            cur = mlflow.genai.register_prompt(name=name, template=text, commit_message=message,
+                                               tags={"source": "nemori-dspy optimize"})
+    return int(cur.version)
+
+
+@contextmanager
+def optimize_run(settings: NemoriSettings, params: dict[str, Any], run_name: str) -> Iterator[Any]:
+    """Open the optimization's MLflow run (params logged at once) with DSPy autolog of compiles and evals.
+
+    Yields the ``mlflow.ActiveRun``; a run left by an exception ends FAILED (MLflow's context manager).
+    """
+    import mlflow
+
+    uri = tracking_uri(settings)
+    mlflow.set_tracking_uri(uri)
+    _set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
+    with mlflow.start_run(run_name=run_name) as run:
+        mlflow.log_params(flatten(params))
+        mlflow.log_params(flatten(settings.public_dict(), "config."))
+        try:
+            mlflow.dspy.autolog(log_compiles=True, log_evals=True, log_traces=False, silent=True)
+        except (ImportError, AttributeError) as exc:  # an MLflow without the DSPy flavour
+            log.warning("mlflow.dspy.autolog unavailable (%s); trial evaluations are not logged", exc)
+        try:
+            yield run
+        finally:
+            try:
+                mlflow.dspy.autolog(disable=True)
+            except (ImportError, AttributeError):
+                pass
+
+
+def log_results(results: list[Any], out_dir: Path, seconds: float, construction: dict[str, Any]) -> dict[str, int]:
+    """Log metrics, artifacts and prompt versions of finished stages into the active run.
+
+    Metric names: ``<stage>.dev.{before,after}`` (+ ``.low``/``.high``, ``.n``), ``<stage>.dev.<category>.{before,
+    after}``, ``<stage>.cost.<ledger stage>.<field>``, ``seconds``. Returns ``{predictor: prompt version}``
+    for the predictors whose instruction or demos the optimization changed.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    metrics: dict[str, float] = {"seconds": seconds,
+                                 "construction.calls": float(sum(u.calls for u in construction.values()))}
+    for r in results:
+        key = r.stage.replace("+", "_")
+        for when, score in (("before", r.before), ("after", r.after)):
+            metrics.update({f"{key}.dev.{when}": score.mean, f"{key}.dev.{when}.low": score.low,
+                            f"{key}.dev.{when}.high": score.high})
+        metrics[f"{key}.dev.n"], metrics[f"{key}.train.n"] = float(r.n_dev), float(r.n_train)
+        for cat, c in r.by_category.items():
+            metrics[f"{key}.dev.{cat}.before"], metrics[f"{key}.dev.{cat}.after"] = c["before"], c["after"]
+        for stage, usage in r.cost.items():
+            metrics.update({f"{key}.cost.{stage}.{k}": float(v) for k, v in usage.items()})
+    mlflow.log_metrics(metrics)
+    mlflow.log_artifacts(str(out_dir))
+    versions: dict[str, int] = {}
+    state = json.loads((out_dir / "program.json").read_text()) if (out_dir / "program.json").exists() else {}
+    for r in results:
+        for name, ch in r.changes.items():
+            full = _pipeline_name(name)
+            if full in state and (ch["instruction_changed"] or ch["demos"]):
+                try:
+                    versions[full] = register_stage_prompt(full.split(".")[1], predictor_text(state[full]),
+                                                           f"tuned by optimize ({r.stage}): dev {r.before.cell()} → "
+                                                           f"{r.after.cell()}")
+                except MlflowException as exc:  # a backend without a prompt registry must not lose the record
+                    log.warning("prompt registry unavailable (%s); the tuned program is in program.json", exc)
+    if versions:
+        mlflow.log_params({f"prompt_version.{k}": str(v) for k, v in versions.items()})
+    return versions
+
+
+_PREFIX = {"narrate": "episodic", "anticipate": "semantic", "distill": "semantic", "consolidate": "semantic",
+           "answer": "response"}
+
+
+def _pipeline_name(program_name: str) -> str:
+    """``"narrate.predict"`` (a stage program's predictor) → ``"episodic.narrate.predict"`` (the pipeline's)."""
+    stage = program_name.split(".")[0]
+    return f"{_PREFIX.get(stage, '?')}.{program_name}"

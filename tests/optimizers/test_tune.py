@@ -1,0 +1,260 @@
+"""Tuning construction stages: slices, stage records, evidence → episode labels, stage programs and
+``nemori-dspy optimize`` end to end with a scripted LM (no network, no model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dspy
+import pytest
+
+import nemori_dspy.runtime as runtime
+from nemori_dspy.cli import main
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
+from nemori_dspy.eval.runner import ingest_conversation
+from nemori_dspy.errors import ConfigError, DatasetError
+from nemori_dspy.memory import Memory
+from nemori_dspy.optimizers.datasets import distill_examples, narrate_examples, questions_for
+from nemori_dspy.optimizers.metrics import narrate_metric
+from nemori_dspy.optimizers.programs import DistillProgram, NarrateProgram
+from nemori_dspy.optimizers.tune import parse_stages
+from nemori_dspy.recording import read_records, recording
+from nemori_dspy.store.sqlite import SQLiteStore
+from tests.fakes import ScriptedLM, chat_reply, default_responders
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "synthetic_locomo.json"
+
+
+# ---------------------------------------------------------------- slices
+
+def test_sessions_keep_exactly_those_turns_and_the_questions_inside():
+    conv = load_locomo(DATA, ["conv-a"])[0]
+    cut = slice_sessions(conv, parse_sessions("1-2"))
+    assert [m.id for m in cut.messages] == [f"D1:{i}" for i in range(1, 7)] + [f"D2:{i}" for i in range(1, 5)]
+    kept = {q.question for q in cut.questions}
+    assert "Who visits Ben in July?" not in kept                      # evidence in session 3
+    assert "What pet does Ada have and where does she live now?" in kept  # D1:1 and D2:1, both inside
+    assert "What colour is the door?" in kept                          # malformed 'D' dropped, 'D2:03' = D2:3
+    assert all(q.index == conv.questions[q.index].index for q in cut.questions)  # indices of the full file
+    only2 = slice_sessions(conv, parse_sessions("2"))
+    assert {q.question for q in only2.questions} == {"Where did Ada move?", "How many hours a day does Ben practise?",
+                                                      "What colour is the door?"}
+    assert slice_sessions(conv, None) is conv
+
+
+@pytest.mark.parametrize("bad", ["0-2", "3-1", "a-b", "1-"])
+def test_bad_sessions_name_the_flag(bad):
+    with pytest.raises(DatasetError, match="--sessions"):
+        parse_sessions(bad)
+
+
+# ---------------------------------------------------------------- labels
+
+def test_evidence_locates_questions_of_an_episode():
+    conv = load_locomo(DATA, ["conv-a"])[0]
+    qs = questions_for(conv, ["D1:1", "D1:2", "D1:3"])
+    assert [q.question for q in qs] == ["What is the name of Ada's cat?", "When did Ada adopt her cat?",
+                                        "What pet does Ada have and where does she live now?",
+                                        "Would Ada enjoy a quiet pet?"]  # category 5 and other turns left out
+    assert questions_for(conv, ["D3:4"]) == []
+
+
+# ---------------------------------------------------------------- records
+
+@pytest.fixture
+def built(tmp_path):
+    """conv-a and conv-b built with a scripted LM while recording stage calls."""
+    lm = ScriptedLM(default_responders(groups_of=2))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        store = SQLiteStore(tmp_path / "m.db")
+        memory = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=6, episode_split_gap_hours=None))
+        convs = load_locomo(DATA, ["conv-a", "conv-b"])
+        path = tmp_path / "m.stages.jsonl"
+        with recording(path):
+            for conv in convs:
+                ingest_conversation(memory, conv, progress=False)
+        yield memory, convs, path, lm
+        store.close()
+
+
+def test_construction_records_what_each_stage_saw_with_ids(built):
+    memory, convs, path, _ = built
+    narr = read_records(path, "narrate")
+    assert narr and all(r.meta["user_id"] in {"conv-a", "conv-b"} and r.meta["message_ids"] for r in narr)
+    ids = [i for r in narr if r.meta["user_id"] == "conv-a" for i in r.meta["message_ids"]]
+    assert sorted(ids) == sorted(m.id for m in convs[0].messages)  # every turn narrated exactly once
+    dist = read_records(path, "distill")
+    assert dist and all(r.meta["episode_id"].startswith("ep_") and "known_before" in r.meta for r in dist)
+    assert all("episode_messages" in r.inputs and "insights" in r.outputs for r in dist)
+
+
+def test_stage_examples_carry_the_episode_labels(built):
+    memory, convs, path, _ = built
+    ex = narrate_examples(read_records(path), convs)
+    assert ex and all(e.gold_answers for e in ex)
+    first = next(e for e in ex if "Miso" in e.messages and "yesterday" in e.messages)
+    assert "Miso" in first.gold_answers and "1 March 2023" in first.gold_answers
+    assert set(first.inputs().keys()) == {"messages"}
+    dex = distill_examples(read_records(path), convs)
+    assert dex and set(dex[0].inputs().keys()) == {"episode_cue", "known_facts", "episode_messages",
+                                                   "predicted_episode"}
+
+
+def test_replayed_records_are_read_once(tmp_path):
+    from nemori_dspy.recording import StageRecorder, stage_meta
+
+    rec = StageRecorder(tmp_path / "r.jsonl")
+    with stage_meta(user_id="u"):
+        rec.record("narrate", {"messages": "x"}, {"cue": "a", "narrative": "b"})
+        rec.record("narrate", {"messages": "x"}, {"cue": "a2", "narrative": "b2"})  # crash + replay
+    (tmp_path / "r.jsonl").open("a").write('{"stage": "narr')  # a write cut by a kill
+    got = read_records(tmp_path / "r.jsonl")
+    assert len(got) == 1 and got[0].outputs["cue"] == "a2"
+
+
+# ---------------------------------------------------------------- programs
+
+def _prompt_of(lm: ScriptedLM, name: str) -> str:
+    return lm.history[-1]["messages"][0]["content"]
+
+
+def test_loading_a_tuned_program_changes_that_stage_prompt_and_no_other(built, tmp_path):
+    memory, convs, path, lm = built
+    program = NarrateProgram(memory.pipeline)
+    program.narrate.predict.signature = program.narrate.predict.signature.with_instructions("TUNED: be brief.")
+    program.narrate.predict.demos = [dspy.Example(messages="[2023-01-01 10:00] A: hi", cue="c", narrative="n")]
+    memory.pipeline.save(str(tmp_path / "tuned.json"))
+
+    fresh_lm = ScriptedLM(default_responders(groups_of=2))
+    with dspy.context(lm=fresh_lm, adapter=dspy.ChatAdapter()):
+        store = SQLiteStore(tmp_path / "fresh.db")
+        other = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=6, episode_split_gap_hours=None))
+        before = {}
+        other.add_messages("u", convs[1].messages[:6])
+        for entry in fresh_lm.history:
+            before.setdefault(fresh_lm.route(entry["messages"][0]["content"]), entry["messages"][0]["content"])
+        other.pipeline.load(str(tmp_path / "tuned.json"))
+        fresh_lm.history.clear()
+        other.add_messages("v", convs[1].messages[:6])
+        after = {}
+        for entry in fresh_lm.history:
+            after.setdefault(fresh_lm.route(entry["messages"][0]["content"]), entry["messages"][0]["content"])
+        store.close()
+    assert "TUNED: be brief." in after["NarrateEpisode"] and "TUNED" not in before["NarrateEpisode"]
+    for name in before:
+        if name != "NarrateEpisode":
+            assert after[name] == before[name], name
+
+
+def test_distill_program_freezes_what_it_does_not_tune(built):
+    memory = built[0]
+    only = DistillProgram(memory.pipeline, ("distill",))
+    assert [n for n, _ in only.named_predictors()] == ["distill.predict"]
+    both = DistillProgram(memory.pipeline, ("anticipate", "distill"))
+    assert sorted(n for n, _ in both.named_predictors()) == ["anticipate.predict", "distill.predict"]
+
+
+def test_apply_to_writes_a_compiled_copy_back(built):
+    memory = built[0]
+    copy = NarrateProgram(memory.pipeline).deepcopy()
+    copy.narrate.predict.signature = copy.narrate.predict.signature.with_instructions("NEW")
+    assert memory.pipeline.episodic.narrate.predict.signature.instructions != "NEW"
+    copy.apply_to(memory.pipeline)
+    assert memory.pipeline.episodic.narrate.predict.signature.instructions == "NEW"
+
+
+def test_parse_stages_orders_and_refuses_partition():
+    assert parse_stages("answer,narrate") == ["narrate", "answer"]
+    with pytest.raises(ConfigError, match="partition has no stage metric"):
+        parse_stages("partition")
+    with pytest.raises(ConfigError, match="unknown stage"):
+        parse_stages("narate")
+
+
+# ---------------------------------------------------------------- the command
+
+def _verbose_narrator(i: dict[str, str]) -> str:
+    """Narrates by copying the messages, unless the instruction (carried in the inputs' demos) says otherwise:
+    the scripted student 'learns' from demos, so optimization can move the score."""
+    lines = i["messages"].splitlines()
+    return chat_reply(cue=lines[0][:40], narrative=" ".join(lines))
+
+
+@pytest.fixture
+def scripted_runtime(monkeypatch, tmp_path):
+    lm = ScriptedLM(default_responders(groups_of=2))
+
+    def fake_build(settings: NemoriSettings, configure: bool = True):
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
+
+    monkeypatch.setattr(runtime, "build_runtime", fake_build)
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
+    return lm
+
+
+def _optimize(tmp_path, *extra):
+    return main(["optimize", "--data", str(DATA), "--sessions", "1-2", "--train", "conv-a,conv-c", "--dev", "conv-b",
+                 "--embedder", "hashing-64", "--window-size", "6", "--out", str(tmp_path / "opt"),
+                 "--mlflow-tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *extra])
+
+
+def test_optimize_narrate_prints_before_after_and_saves_a_program_eval_loads(tmp_path, scripted_runtime, capsys):
+    assert _optimize(tmp_path, "--stage", "narrate", "--optimizer", "labeled", "--max-demos", "2") == 0
+    out = capsys.readouterr().out
+    assert "dev before" in out and "dev after" in out and "(n=" in out and "program saved to" in out
+    assert "student:" in out and "MLflow run" in out
+    result = json.loads((tmp_path / "opt/result.json").read_text())
+    assert result[0]["stage"] == "narrate" and result[0]["n_dev"] > 0
+    assert result[0]["changes"]["narrate.predict"]["demos"] == 2
+    state = json.loads((tmp_path / "opt/program.json").read_text())
+    assert len(state["episodic.narrate.predict"]["demos"]) == 2 and not state["response.answer.predict"]["demos"]
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    run = mlflow.search_runs(experiment_names=["nemori-dspy-optimize"], output_format="list")[0]
+    assert run.data.params["stages"] == "narrate" and run.data.params["train"] == "conv-a,conv-c"
+    assert run.data.params["sessions"] == "1-2" and "narrate.dev.before" in run.data.metrics
+    assert "prompt_version.episodic.narrate.predict" in run.data.params
+
+    # the tuned program is what ships: eval --program on the same slice rebuilds (narrate changed) and runs
+    narr = scripted_runtime.calls.get("NarrateEpisode", 0)
+    assert main(["eval", "locomo", "--data", str(DATA), "--sessions", "1-2", "--conversations", "conv-b",
+                 "--embedder", "hashing-64", "--window-size", "6", "--no-mlflow", "--no-judge",
+                 "--program", str(tmp_path / "opt/program.json"), "--out", str(tmp_path / "ev")]) == 0
+    assert scripted_runtime.calls["NarrateEpisode"] > narr
+
+
+def test_optimize_reuses_the_memory_an_eval_of_the_slice_built(tmp_path, scripted_runtime, capsys):
+    assert main(["eval", "locomo", "--data", str(DATA), "--sessions", "1-2", "--conversations",
+                 "conv-a,conv-c,conv-b", "--embedder", "hashing-64", "--window-size", "6", "--no-mlflow",
+                 "--no-judge", "--out", str(tmp_path / "ev")]) == 0
+    narr = scripted_runtime.calls["NarrateEpisode"]
+    capsys.readouterr()
+    assert _optimize(tmp_path, "--stage", "answer", "--optimizer", "labeled", "--no-mlflow") == 0
+    assert "reused (built and recorded by an earlier run)" in capsys.readouterr().out
+    assert scripted_runtime.calls["NarrateEpisode"] == narr
+
+
+def test_optimize_refuses_overlapping_train_and_dev(tmp_path, scripted_runtime, capsys):
+    assert main(["optimize", "--data", str(DATA), "--stage", "narrate", "--train", "conv-a", "--dev", "conv-a"]) == 2
+    assert "in both --train and --dev" in capsys.readouterr().err
+
+
+def test_optimize_distill_with_gepa_runs_the_reflection_loop(tmp_path, scripted_runtime, capsys):
+    reflections = []
+
+    def propose(i):  # GEPA's reflection signature: current instruction + examples with feedback → new one
+        reflections.append(i["examples_with_feedback"])
+        return chat_reply(new_instruction="Extract only facts the prediction missed, one per line, absolute dates.")
+
+    scripted_runtime.responders["GEPAProposeInstruction"] = propose
+    assert _optimize(tmp_path, "--stage", "distill", "--optimizer", "gepa", "--max-metric-calls", "12",
+                     "--no-mlflow", "--reflection-model", "none") == 0
+    out = capsys.readouterr().out
+    assert "[distill] dev before" in out and "[distill] dev after" in out
+    assert reflections and "Answer coverage" in reflections[0]  # the metric's textual feedback reached the reflection
