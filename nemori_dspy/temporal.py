@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import dateparser
 
-__all__ = ["annotate_relative_dates", "resolve_relative_date"]
+__all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN"]
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|couple of)"
 _UNIT = r"(?:day|week|month|year)s?"
@@ -28,6 +28,8 @@ _PATTERN = re.compile(
     rf"|{_NUM} {_UNIT} ago|in {_NUM} {_UNIT})\b",
     re.IGNORECASE,
 )
+#: the relative expressions this module recognises (also used by the narrate metric to find unresolved ones).
+RELATIVE_DATE_PATTERN = _PATTERN
 _FEW = {"a few": "3", "a couple of": "2", "couple of": "2"}
 _PREPOSITION = re.compile(r"\b(?:since|until|till|from|by|before|after|in|on|of|at|during|for|to)\s*$", re.IGNORECASE)
 

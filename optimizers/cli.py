@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     from nemori_dspy.usage import LEDGER
 
     stages = parse_stages(args.stage)
+    logging.getLogger("dspy.teleprompt").setLevel(logging.INFO)  # optimizer progress (iterations, trial scores)
     settings = _settings(args)
     train_ids, dev_ids = _ids(args.train) or [], _ids(args.dev) or []
     check_split(train_ids, dev_ids)

@@ -13,7 +13,6 @@ the pipeline does not already guarantee. Tune it end to end (``optimize --metric
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Iterable, Sequence
 
 import dspy
@@ -168,10 +167,3 @@ def check_split(train_ids: Sequence[str], dev_ids: Sequence[str]) -> None:
     if not train_ids or not dev_ids:
         raise ConfigError("--train and --dev each need at least one conversation id. Fix: e.g. --train conv-26 "
                           "--dev conv-30.")
-
-
-def _group(examples: list[dspy.Example]) -> dict[str, list[dspy.Example]]:
-    out: dict[str, list[dspy.Example]] = defaultdict(list)
-    for ex in examples:
-        out[ex.sample_id].append(ex)
-    return out

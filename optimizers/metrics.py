@@ -35,7 +35,7 @@ import dspy
 from nltk.stem import PorterStemmer
 
 from nemori_dspy.eval.metrics import token_f1
-from nemori_dspy.temporal import _PATTERN as _RELATIVE
+from nemori_dspy.temporal import RELATIVE_DATE_PATTERN as _RELATIVE
 
 __all__ = [
     "extract_dates", "content_tokens", "answer_coverage", "coverage_report", "length_penalty",

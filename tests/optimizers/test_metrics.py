@@ -1,0 +1,78 @@
+"""Stage metrics and their GEPA feedback on hand-computed examples."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from nemori_dspy.optimizers.metrics import (answer_coverage, answer_metric, consolidate_metric, distill_metric,
+                                            extract_dates, length_penalty, narrate_metric, restatements,
+                                            unresolved_relative_dates)
+
+MSGS = "\n".join([
+    "[2023-03-02 09:00] Ada: Hi Ben! I adopted a cat named Miso (yesterday, 1 March 2023).",
+    "[2023-03-02 09:01] Ben: Congrats! I started violin lessons with my teacher Mr. Okafor in town.",
+    "[2023-03-02 09:02] Ada: Miso is grey and very shy, she hides under the bed all day long.",
+    "[2023-03-02 09:03] Ben: So cute, I hope she settles in soon and we can meet her.",
+])  # 51 content words (12 + 12 + 14 + 13); with the "[date] speaker" prefixes 75 words
+
+
+def test_dates_are_compared_as_dates():
+    assert extract_dates("on May 7, 2023 and 2023-06-01")[0] == [(2023, 5, 7), (2023, 6, 1)]
+    assert answer_coverage("Ada adopted Miso on 1 March 2023.", "1 March 2023") == 1.0
+    assert answer_coverage("It happened on March 1st, 2023.", "1 March 2023") == 1.0
+    assert answer_coverage("It happened in March 2023.", "1 March 2023") == 0.0   # the gold names a day
+    assert answer_coverage("On 12 March 2023 she left.", "March 2023") == 1.0      # any day of that month
+    # words and dates each weigh half: 'week before' found, the date not
+    assert answer_coverage("the week before her birthday", "The week before 9 June 2023") == 0.5
+    assert answer_coverage("anything", "") is None
+
+
+def test_length_penalty_makes_copying_lose():
+    assert length_penalty("Ada adopted a cat named Miso.", MSGS)[0] == 0.0
+    pen, ratio = length_penalty(MSGS, MSGS)
+    assert ratio == pytest.approx(75 / 51) and pen == pytest.approx(ratio - 0.5)
+
+
+def test_narrate_metric_hand_computed():
+    ex = dspy.Example(messages=MSGS, gold_answers=["Miso", "1 March 2023", "Mr. Okafor"],
+                      questions=["cat name?", "when adopted?", "violin teacher?"]).with_inputs("messages")
+    good = dspy.Prediction(cue="Ada adopts Miso (1 March 2023)",
+                           narrative="On 1 March 2023 Ada adopted a shy grey cat, Miso; Ben began violin lessons.")
+    # Miso 1, date 1, 'Mr. Okafor' → tokens {mr, okafor}: 0 → coverage 2/3; 16 words / 51 < 0.5: no penalty
+    assert narrate_metric(ex, good) == pytest.approx(2 / 3)
+    fb = narrate_metric(ex, good, None, "narrate.predict", None)
+    assert fb.score == pytest.approx(2 / 3) and "'Mr. Okafor' (asked: violin teacher?)" in fb.feedback
+    copy = dspy.Prediction(cue="Chat", narrative=MSGS)
+    assert narrate_metric(ex, copy) < narrate_metric(ex, good)        # verbatim copying does not win
+    relative = dspy.Prediction(cue="Ada adopts Miso", narrative="Yesterday Ada adopted Miso; Ben has a teacher.")
+    fb = narrate_metric(ex, relative, None, "narrate.predict", None)
+    # Miso 1, date 0, Okafor 0 → 1/3, minus 0.1 for 'Yesterday' left relative
+    assert fb.score == pytest.approx(1 / 3 - 0.1) and "'Yesterday'" in fb.feedback
+    assert unresolved_relative_dates("yesterday (1 March 2023)") == []
+
+
+def test_distill_metric_penalises_restating_memory():
+    ex = dspy.Example(episode_messages=MSGS, gold_answers=["Miso"], known_before=["Ada has a cat named Miso."])
+    again = dspy.Prediction(insights=["Ada has a cat named Miso.", "Ben takes violin lessons."])
+    assert restatements(again.insights, ex.known_before) == ["Ada has a cat named Miso."]
+    assert distill_metric(ex, again) == pytest.approx(1.0 - 0.1)
+    fb = distill_metric(ex, again, None, "distill.predict", None)
+    assert "restate what memory already knew" in fb.feedback
+    none = dspy.Prediction(insights=[])
+    assert distill_metric(ex, none) == 0.0
+    assert "not extracted: 'Miso'" in distill_metric(ex, none, None, "distill.predict", None).feedback
+
+
+@pytest.mark.parametrize("action,targets,score", [("conflict", [1], 1.0), ("conflict", [1, 2], 0.75),
+                                                  ("new", [], 0.0), ("merge", [1], 0.0)])
+def test_consolidate_metric(action, targets, score):
+    ex = dspy.Example(action="conflict", targets=[1])
+    assert consolidate_metric(ex, dspy.Prediction(action=action, targets=targets)) == score
+
+
+def test_answer_metric_is_token_f1_with_feedback():
+    ex = dspy.Example(answer="Lisbon, Portugal")
+    assert answer_metric(ex, dspy.Prediction(answer="Lisbon")) == pytest.approx(2 / 3)
+    fb = answer_metric(ex, dspy.Prediction(answer="Porto"), None, "answer.predict", None)
+    assert fb.score == 0.0 and "'Lisbon, Portugal'" in fb.feedback
