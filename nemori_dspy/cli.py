@@ -105,6 +105,9 @@ def _optimize_parser(sub: Any) -> None:
     op.add_argument("--reflection-model", default="local:1.5b",
                     help="prompt/reflection/teacher model: local:0.5b, local:1.5b (default; a second embedded "
                          "server), a litellm model string, or 'none' for the student itself")
+    op.add_argument("--metric", default="stage", choices=["stage", "end-to-end"],
+                    help="stage: the stage's own LLM-free metric on recorded calls (minutes); end-to-end: rebuild "
+                         "each conversation's memory per candidate and score its answers' F1 (hours)")
     op.add_argument("--program", help="start from a saved pipeline state instead of the default prompts")
     op.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     op.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")

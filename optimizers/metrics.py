@@ -40,7 +40,7 @@ from nemori_dspy.temporal import RELATIVE_DATE_PATTERN as _RELATIVE
 __all__ = [
     "extract_dates", "content_tokens", "answer_coverage", "coverage_report", "length_penalty",
     "unresolved_relative_dates", "restatements", "answer_metric", "narrate_metric", "distill_metric",
-    "consolidate_metric", "STAGE_METRICS", "LENGTH_FREE_RATIO", "LENGTH_WEIGHT", "RELATIVE_DATE_PENALTY",
+    "consolidate_metric", "end_to_end_metric", "STAGE_METRICS", "LENGTH_FREE_RATIO", "LENGTH_WEIGHT", "RELATIVE_DATE_PENALTY",
     "RESTATEMENT_PENALTY", "RESTATEMENT_JACCARD",
 ]
 
@@ -286,6 +286,20 @@ def consolidate_metric(example: Any, pred: Any, trace: Any = None, pred_name: st
         score = 0.5 + 0.5 * (len(gold_t & got_t) / len(union) if union else 1.0)
         feedback = (f"Right action '{action}'; targets {sorted(got_t)} vs the right {sorted(gold_t)}."
                     + ("" if got_t == gold_t else " Name exactly the entries about the same subject."))
+    return _result(score, feedback, pred_name)
+
+
+def end_to_end_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                      pred_trace: Any = None) -> Any:
+    """End to end: mean token F1 of ``pred.answers`` against ``example.gold_answers`` (one conversation's
+    questions, in order), after rebuilding its memory with the candidate construction stages."""
+    golds = [str(g) for g in example.gold_answers]
+    answers = list(getattr(pred, "answers", None) or [])
+    scores = [token_f1(str(a), g) for a, g in zip(answers, golds)] + [0.0] * max(0, len(golds) - len(answers))
+    score = sum(scores) / len(scores) if scores else 0.0
+    worst = sorted(zip(scores, golds, answers), key=lambda t: t[0])[:3]
+    feedback = f"Mean answer F1 {score:.2f} over {len(golds)} questions after rebuilding memory. " + "; ".join(
+        f"gold '{g}', answered '{a}'" for s, g, a in worst if s < 1.0)
     return _result(score, feedback, pred_name)
 
 

@@ -26,7 +26,7 @@ from nemori_dspy.errors import ConfigError
 from nemori_dspy.modules.pipeline import NemoriPipeline
 
 __all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram", "ConsolidateProgram",
-           "clean_insights", "pipeline_stage"]
+           "EndToEndProgram", "end_to_end_questions", "clean_insights", "pipeline_stage", "pipeline_stage_owner"]
 
 #: stage name → attribute path of its ``StagePredict`` in ``NemoriPipeline``.
 PIPELINE_PATHS = {
@@ -166,3 +166,69 @@ class ConsolidateProgram(StageProgram):
     def forward(self, insight: str, existing_entries: str) -> dspy.Prediction:
         d = self.call("consolidate", insight=insight, existing_entries=existing_entries)
         return dspy.Prediction(action=str(d.action), targets=list(d.targets or []), merged_text=str(d.merged_text or ""))
+
+
+class EndToEndProgram(StageProgram):
+    """Construction stages tuned end to end: ``forward(sample_id) -> Prediction(answers=list[str])``.
+
+    Each call rebuilds the conversation's memory from scratch in a temporary SQLite store with *this
+    program's* stage predictors (the candidate an optimizer is trying), then answers the conversation's
+    questions through the pipeline's one answer path. Costly — a full construction per example per trial —
+    and the only honest score for stages like ``partition`` whose effect shows only downstream.
+
+    Args:
+        pipeline: the pipeline whose predictors are tuned (its store is not touched).
+        tune: construction stage names to tune (e.g. ``("partition", "narrate")``).
+        conversations: ``sample_id`` → LoCoMo conversation (already sliced).
+        embedder / settings: as the pipeline's (the rebuilt memory must be built like the real one).
+    """
+
+    def __init__(self, pipeline: NemoriPipeline, tune: tuple[str, ...], conversations: dict[str, Any],
+                 embedder: Any, settings: Any) -> None:
+        super().__init__(pipeline, tuple(tune), ("answer",) if "answer" not in tune else ())
+        self._env = _Shared({"conversations": conversations, "embedder": embedder, "settings": settings})
+
+    def forward(self, sample_id: str) -> dspy.Prediction:
+        import tempfile
+        from pathlib import Path
+
+        from nemori_dspy.eval.runner import ingest_conversation
+        from nemori_dspy.memory import Memory
+        from nemori_dspy.modules.pipeline import stage_factory
+        from nemori_dspy.modules.resources import Resources
+        from nemori_dspy.store.sqlite import SQLiteStore
+
+        env = self._env.value
+        conv = env["conversations"][sample_id]
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SQLiteStore(Path(tmp) / "e2e.sqlite3")
+            try:
+                candidate = NemoriPipeline(Resources(store, env["embedder"], env["settings"]),
+                                           stage_factory(env["settings"], {}))
+                for name in self.tuned:  # the candidate's predictors build the memory
+                    owner, _, attr = PIPELINE_PATHS[name].rpartition(".")
+                    setattr(pipeline_stage_owner(candidate, owner), attr, getattr(self, name))
+                memory = Memory(store, env["embedder"], env["settings"], pipeline=candidate)
+                ingest_conversation(memory, conv, progress=False)
+                answers = []
+                for q in end_to_end_questions(conv):  # the one answer-context path, then P_ans
+                    ctx = candidate.response.context(sample_id, q.question)
+                    answers.append(str(self.call("answer", context=ctx.context, question=q.question).answer).strip())
+            finally:
+                store.close()
+        return dspy.Prediction(answers=answers)
+
+
+def end_to_end_questions(conv: Any) -> list[Any]:
+    """The questions an end-to-end example scores: categories 1-4 with a gold answer, in file order."""
+    from nemori_dspy.eval.locomo import SCORED_CATEGORIES
+
+    return [q for q in conv.questions if q.category in SCORED_CATEGORIES and q.answer]
+
+
+def pipeline_stage_owner(pipeline: NemoriPipeline, owner_path: str) -> Any:
+    """The module holding a stage (``"episodic"`` → ``pipeline.episodic``)."""
+    obj: Any = pipeline
+    for part in owner_path.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -27,9 +27,10 @@ from nemori_dspy.eval.metrics import mean_ci95
 from nemori_dspy.memory import Memory
 from nemori_dspy.optimizers.answer import AnswerProgram, locomo_answer_examples
 from nemori_dspy.optimizers.datasets import check_split, consolidate_examples, distill_examples, narrate_examples
-from nemori_dspy.optimizers.metrics import STAGE_METRICS
+from nemori_dspy.optimizers.metrics import STAGE_METRICS, end_to_end_metric
 from nemori_dspy.optimizers.optimize import Budget, DevScore, make_optimizer, score_program
-from nemori_dspy.optimizers.programs import ConsolidateProgram, DistillProgram, NarrateProgram, StageProgram
+from nemori_dspy.optimizers.programs import (ConsolidateProgram, DistillProgram, EndToEndProgram, NarrateProgram,
+                                             StageProgram, end_to_end_questions)
 from nemori_dspy.recording import read_records
 from nemori_dspy.usage import LEDGER, Usage
 
@@ -44,17 +45,25 @@ TUNABLE_STAGES = ("narrate", "anticipate", "distill", "anticipate+distill", "con
 REFLECTION_STAGE = "reflection"
 
 
-def parse_stages(text: str) -> list[str]:
+def parse_stages(text: str, end_to_end: bool = False) -> list[str]:
     """``"answer,narrate"`` → ``["narrate", "answer"]`` (pipeline order, duplicates dropped).
+
+    ``partition`` is accepted only with ``end_to_end`` (it has no stage metric).
 
     Raises:
         ConfigError: an unknown stage (``partition`` says why it has no stage metric).
     """
     names = [s.strip() for s in text.split(",") if s.strip()]
+    if end_to_end:
+        bad = [n for n in names if n not in ("partition", *TUNABLE_STAGES)]
+        if bad or not names:
+            raise ConfigError(f"unknown stage(s) {bad or text!r}. Fix: choose from partition, "
+                              f"{', '.join(TUNABLE_STAGES)}.")
+        return [s for s in ("partition", *TUNABLE_STAGES) if s in names]
     if "partition" in names:
         raise ConfigError("partition has no stage metric: a valid partition is enforced by repair and LoCoMo's "
                           "session boundaries by the time-gap split, so its only labels are already met. "
-                          "Fix: tune narrate/distill/answer (see nemori_dspy.optimizers.datasets).")
+                          "Fix: tune narrate/distill/answer, or partition with --metric end-to-end.")
     bad = [n for n in names if n not in TUNABLE_STAGES]
     if bad or not names:
         raise ConfigError(f"unknown stage(s) {bad or text!r}. Fix: choose from {', '.join(TUNABLE_STAGES)}.")
@@ -119,6 +128,7 @@ class OptimizeOptions:
     budget: Budget = field(default_factory=Budget)
     reflection_lm: dspy.BaseLM | None = None
     progress: bool = True
+    metric: str = "stage"  # or "end-to-end": rebuild each conversation's memory per candidate, score answers
 
 
 @dataclass
@@ -175,16 +185,22 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
         ConfigError: no train or no dev examples (e.g. the slice holds no labelled episode).
     """
     t0, snap = time.perf_counter(), LEDGER.snapshot()
-    if stage == "consolidate":
-        train, dev = consolidate_examples("a"), consolidate_examples("b")
+    if opts.metric == "end-to-end":
+        train, dev = _e2e_examples(opts.train), _e2e_examples(opts.dev)
+        metric: Callable[..., Any] = end_to_end_metric
+        program: StageProgram = EndToEndProgram(
+            memory.pipeline, tuple(stage.split("+")), {c.sample_id: c for c in [*opts.train, *opts.dev]},
+            memory.embedder, memory.settings)
     else:
-        train = stage_examples(stage, memory, records_path, opts.train)
-        dev = stage_examples(stage, memory, records_path, opts.dev)
+        if stage == "consolidate":
+            train, dev = consolidate_examples("a"), consolidate_examples("b")
+        else:
+            train = stage_examples(stage, memory, records_path, opts.train)
+            dev = stage_examples(stage, memory, records_path, opts.dev)
+        metric, program = stage_metric(stage), stage_program(stage, memory.pipeline)
     if not train or not dev:
         raise ConfigError(f"stage {stage!r}: {len(train)} train / {len(dev)} dev examples. Fix: widen --sessions or "
                           "pick conversations whose questions' evidence lies in the slice.")
-    metric = stage_metric(stage)
-    program = stage_program(stage, memory.pipeline)
     state0 = program.dump_state()
     _say(opts, f"[{stage}] {len(train)} train / {len(dev)} dev examples; scoring dev before tuning …")
     before = score_program(program, dev, metric, opts.budget.num_threads)
@@ -202,6 +218,12 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
                          by_category=_categories(dev, before, after))
     _checkpoint(opts.out_dir, stage, {**result.to_dict(), "status": "done"})
     return result
+
+
+def _e2e_examples(conversations: list[LoCoMoConversation]) -> list[dspy.Example]:
+    """One end-to-end example per conversation: input ``sample_id``, labels its scored questions' gold answers."""
+    return [dspy.Example(sample_id=c.sample_id, gold_answers=[q.answer for q in end_to_end_questions(c)])
+            .with_inputs("sample_id") for c in conversations if end_to_end_questions(c)]
 
 
 def _checkpoint(out_dir: Path, stage: str, data: dict[str, Any]) -> None:

@@ -258,3 +258,15 @@ def test_optimize_distill_with_gepa_runs_the_reflection_loop(tmp_path, scripted_
     out = capsys.readouterr().out
     assert "[distill] dev before" in out and "[distill] dev after" in out
     assert reflections and "Answer coverage" in reflections[0]  # the metric's textual feedback reached the reflection
+
+
+def test_end_to_end_mode_rebuilds_memory_per_candidate(tmp_path, scripted_runtime, capsys):
+    assert _optimize(tmp_path, "--stage", "partition", "--metric", "end-to-end", "--optimizer", "labeled",
+                     "--no-mlflow") == 0
+    built = scripted_runtime.calls["NarrateEpisode"]
+    out = capsys.readouterr().out
+    assert "[partition] dev before" in out and "[partition] dev after" in out
+    # conv-b rebuilt twice (dev before and after) on top of the 3 conversations built once for the records
+    assert built > 0
+    result = json.loads((tmp_path / "opt/result.json").read_text())
+    assert result[0]["n_dev"] == 1 and result[0]["n_train"] == 2
