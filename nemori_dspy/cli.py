@@ -100,6 +100,8 @@ def _optimize_parser(sub: Any) -> None:
     op.add_argument("--max-metric-calls", type=_positive_int, help="GEPA: metric calls in all")
     op.add_argument("--num-trials", type=_positive_int, help="MIPROv2 trials (auto off) / SIMBA steps")
     op.add_argument("--num-candidates", type=_positive_int, help="MIPROv2 candidates when --num-trials is given")
+    op.add_argument("--max-train", type=_positive_int, help="keep at most N train examples (seeded sample; "
+                                                           "dev is always whole)")
     op.add_argument("--num-threads", type=_positive_int, default=1, help="parallel program calls (default 1)")
     op.add_argument("--max-demos", type=int, default=4, help="bootstrapped and labeled demos per predictor (default 4)")
     op.add_argument("--reflection-model", default="local:1.5b",

@@ -63,7 +63,7 @@ def optimize_command(args: argparse.Namespace) -> int:
           f"({sum(len(convs[i].messages) for i in dev_ids)} turns); run folder {out}", flush=True)
     t0 = time.perf_counter()
     LEDGER.reset()
-    params = {"stages": ",".join(stages), "optimizer": args.optimizer, "metric": args.metric, "budget": budget.model_dump(),
+    params = {"stages": ",".join(stages), "optimizer": args.optimizer, "metric": args.metric, "max_train": args.max_train, "budget": budget.model_dump(),
               "model.reflection_setting": args.reflection_model, "train": ",".join(train_ids),
               "dev": ",".join(dev_ids), "sessions": args.sessions, "dataset.path": str(data),
               "dataset.sha256": data_sha, "program.start": args.program, "out": str(out)}
@@ -119,7 +119,8 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
                                                      "reused (built and recorded by an earlier run)"), flush=True)
         opts = OptimizeOptions(stages=stages, optimizer=args.optimizer, train=[convs[i] for i in train_ids],
                                dev=[convs[i] for i in dev_ids], out_dir=out, budget=budget,
-                               reflection_lm=_charged_reflection(rt, args.reflection_model), metric=args.metric)
+                               reflection_lm=_charged_reflection(rt, args.reflection_model), metric=args.metric,
+                               max_train=args.max_train)
         if run is not None:
             import mlflow
 

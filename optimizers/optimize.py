@@ -65,7 +65,7 @@ class Tuner:
             kw["valset"] = valset
         if self.name == "mipro":
             n_val = len(valset or trainset)
-            kw.setdefault("minibatch_size", max(1, min(35, n_val)))
+            kw.setdefault("minibatch_size", max(1, min(35, n_val // 3 or 1)))  # trials on a third of val
             kw.setdefault("minibatch", n_val > kw["minibatch_size"])
         if self.name == "simba":
             self.teleprompter.bsize = max(1, min(self.teleprompter.bsize, len(trainset)))

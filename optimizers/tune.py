@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,7 @@ class OptimizeOptions:
     reflection_lm: dspy.BaseLM | None = None
     progress: bool = True
     metric: str = "stage"  # or "end-to-end": rebuild each conversation's memory per candidate, score answers
+    max_train: int | None = None  # keep at most this many train examples (a seeded sample), None = all
 
 
 @dataclass
@@ -198,6 +200,8 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
             train = stage_examples(stage, memory, records_path, opts.train)
             dev = stage_examples(stage, memory, records_path, opts.dev)
         metric, program = stage_metric(stage), stage_program(stage, memory.pipeline)
+    if opts.max_train and len(train) > opts.max_train:
+        train = random.Random(opts.budget.seed).sample(train, opts.max_train)
     if not train or not dev:
         raise ConfigError(f"stage {stage!r}: {len(train)} train / {len(dev)} dev examples. Fix: widen --sessions or "
                           "pick conversations whose questions' evidence lies in the slice.")
