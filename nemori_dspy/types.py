@@ -135,7 +135,8 @@ class Message(BaseModel):
     """One conversation message as a caller hands it to ``Memory.add_messages``.
 
     Fields: ``speaker`` (name or role), ``content`` (non-empty text), ``timestamp``
-    (when it was said; datetime or parseable string), optional caller ``id``
+    (when it was said; datetime or parseable string; a timezone-aware one is converted to UTC and
+    stored naive), optional caller ``id``
     (e.g. LoCoMo's ``dia_id``) used for idempotent re-ingestion, optional ``metadata``
     (flat ``{str: str | int | float | bool}``, see ``check_metadata``): stored with the message,
     returned with its episode's messages and usable as a ``Memory.search`` filter; never shown to
@@ -159,7 +160,10 @@ class Message(BaseModel):
     @field_validator("timestamp", mode="before")
     @classmethod
     def _parse_ts(cls, v: Any) -> datetime:
-        return parse_timestamp(v)
+        # Aware times become naive UTC: one user's messages then always compare (naive minus aware
+        # raises), whichever way clients send them ("...Z" from one, local naive from another).
+        ts = parse_timestamp(v)
+        return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo is not None else ts
 
     @field_validator("content")
     @classmethod

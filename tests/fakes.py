@@ -30,6 +30,15 @@ ROUTES = {
     "DistillDirect": "directly, without prediction",
     "AnswerQuestion": "Answer a question about the user",
     "JudgeAnswer": "Label a generated answer CORRECT or WRONG",
+    "MemoryAgent": "helpful assistant that keeps long-term memory",  # tests/test_tools.py: ReAct's extract step
+}
+
+#: Checked before ``ROUTES``: prompts that quote other signatures' phrases (a ReAct step lists the
+#: tools' docstrings, which may contain e.g. "Answer a question about the user"). dspy.ReAct builds
+#: its step signature at run time (class name ``StringSignature``), so it is routed by the fixed
+#: sentence ReAct puts in its instructions.
+PRIORITY_ROUTES = {
+    "ReAct": "You are an Agent. In each episode, you will be given the fields",
 }
 
 
@@ -97,7 +106,7 @@ class ScriptedLM(UsageTrackingMixin, dspy.LM):
         self._lock = threading.Lock()
 
     def route(self, system: str) -> str:
-        for name, phrase in ROUTES.items():
+        for name, phrase in (*PRIORITY_ROUTES.items(), *ROUTES.items()):
             if phrase in system:
                 return name
         raise AssertionError(f"unrouted prompt: {system[:200]}")
