@@ -35,7 +35,7 @@ _USER_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
 
 
 def validate_user_id(user_id: Any) -> str:
-    """Return ``user_id`` if it is a 1-256 character string without control characters.
+    """Return ``user_id`` if it is a 1-256 character string without control characters, not all blanks.
 
     User ids are only ever bound as SQL parameters, never spliced into paths or table names,
     so ``../../etc/passwd`` or ``DROP TABLE`` are stored as inert strings.
@@ -43,10 +43,10 @@ def validate_user_id(user_id: Any) -> str:
     Raises:
         InvalidInputError: not a string, empty, longer than 256, or with control characters.
     """
-    if not isinstance(user_id, str) or not _USER_ID.fullmatch(user_id):
+    if not isinstance(user_id, str) or not _USER_ID.fullmatch(user_id) or not user_id.strip():
         shown = repr(user_id)[:60]
-        raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control characters",
-                                "use a stable id such as 'alice' or a UUID")
+        raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control "
+                                "characters (and not blank)", "use a stable id such as 'alice' or a UUID")
     return user_id
 
 
