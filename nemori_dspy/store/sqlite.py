@@ -61,9 +61,10 @@ def message_key(m: Message) -> str:
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:
+    """float32 unit vector; an already-unit vector is kept bit for bit (an import re-stores exports exactly)."""
     v = np.asarray(vector, dtype=np.float32)
     n = float(np.linalg.norm(v))
-    return v / n if n > 0 else v
+    return v / n if n > 0 and abs(n - 1.0) > 1e-6 else v
 
 
 class _UserIndex:
