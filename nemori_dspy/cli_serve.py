@@ -13,7 +13,6 @@ import argparse
 import json
 import sys
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 

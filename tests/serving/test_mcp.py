@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import anyio
-import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -72,3 +71,42 @@ def test_mcp_fixed_user_recalls_an_earlier_session(tmp_path: Path):
     hits, ans = anyio.run(session_fixed_user, db)   # session 2: a new process, --user ada
     assert any("Porto" in e["narrative"] for e in hits["episodes"])
     assert ans["episode_ids"]
+
+
+async def http_session(url: str, token: str) -> dict:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    async with http, Client(streamable_http_client(url, http_client=http)) as c:
+        payload(await c.call_tool("remember", {"user_id": "hal", "messages": [{"content": "I like jazz"}]}))
+        return payload(await c.call_tool("search_memory", {"user_id": "hal", "query": "jazz"}))
+
+
+def test_mcp_streamable_http_needs_the_bearer_token(tmp_path: Path):
+    import subprocess
+
+    import httpx
+
+    from .helpers import free_port, wait_until
+
+    port, token = free_port(), "mcp-test-token"
+    p = params(tmp_path / "mcp.db", "--http", "--port", str(port))
+    proc = subprocess.Popen([p.command, *p.args], cwd=p.cwd, env={**os.environ, **p.env, "NEMORI_API_TOKEN": token},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        def up() -> bool:
+            try:
+                return httpx.post(url, json={}, timeout=2).status_code == 401
+            except httpx.TransportError:
+                return False
+        wait_until(up, what="MCP HTTP server")
+        r = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        hits = anyio.run(http_session, url, token)
+        assert hits["episodes"] and "jazz" in hits["episodes"][0]["narrative"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
