@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--tracking-uri", help="default: $NEMORI_MLFLOW_TRACKING_URI, $MLFLOW_TRACKING_URI or "
                                            "sqlite:///mlruns.db (the store eval logs to)")
     rp.add_argument("--experiment", help="default: $NEMORI_MLFLOW_EXPERIMENT or nemori-dspy")
+    from . import cli_serve
+
+    cli_serve.add_parsers(sub)  # serve http|mcp|token, add, search, answer, list, delete, export, import
     return p
 
 
@@ -330,6 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .optimizers.cli import optimize_command
 
             return optimize_command(args)
+        from . import cli_serve
+
+        handled = cli_serve.dispatch(args)
+        if handled is not None:
+            return handled
     except NemoriError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

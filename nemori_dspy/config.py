@@ -121,6 +121,10 @@ class NemoriSettings(BaseSettings):
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
 
+    # --- serving (nemori-dspy serve http / mcp --http)
+    api_token: SecretStr | None = Field(default=None, description="bearer token of the HTTP servers (env "
+                                        "NEMORI_API_TOKEN); required to bind a non-loopback host; never logged")
+
     # --- tracking
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
     mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment the eval runs are logged to")
@@ -169,8 +173,9 @@ class NemoriSettings(BaseSettings):
 
     def public_dict(self) -> dict:
         """The resolved config as plain JSON-able values, with secrets removed (for MLflow)."""
-        d = self.model_dump(mode="json", exclude={"api_key"})
+        d = self.model_dump(mode="json", exclude={"api_key", "api_token"})
         d["api_key_set"] = self.api_key is not None
+        d["api_token_set"] = self.api_token is not None
         return d
 
 

@@ -23,7 +23,8 @@ from .errors import InvalidInputError, UnknownUserError
 from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
 from .modules.resources import Resources
 from .store.base import MemoryStore
-from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry
+from .store.sqlite import message_key
+from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry, check_metadata
 from .usage import LEDGER
 
 __all__ = ["Memory", "AddResult", "validate_user_id"]
@@ -34,7 +35,7 @@ _USER_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
 
 
 def validate_user_id(user_id: Any) -> str:
-    """Return ``user_id`` if it is a 1-256 character string without control characters.
+    """Return ``user_id`` if it is a 1-256 character string without control characters, not all blanks.
 
     User ids are only ever bound as SQL parameters, never spliced into paths or table names,
     so ``../../etc/passwd`` or ``DROP TABLE`` are stored as inert strings.
@@ -42,10 +43,10 @@ def validate_user_id(user_id: Any) -> str:
     Raises:
         InvalidInputError: not a string, empty, longer than 256, or with control characters.
     """
-    if not isinstance(user_id, str) or not _USER_ID.fullmatch(user_id):
+    if not isinstance(user_id, str) or not _USER_ID.fullmatch(user_id) or not user_id.strip():
         shown = repr(user_id)[:60]
-        raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control characters",
-                                "use a stable id such as 'alice' or a UUID")
+        raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control "
+                                "characters (and not blank)", "use a stable id such as 'alice' or a UUID")
     return user_id
 
 
@@ -68,18 +69,22 @@ def _parse_messages(messages: Iterable[Message | dict]) -> list[Message]:
             field = ".".join(str(p) for p in err["loc"]) or "?"
             inner = (err.get("ctx") or {}).get("error")
             if isinstance(inner, InvalidInputError):  # already says what is wrong and how to fix it
-                raise InvalidInputError(f"messages[{i}].{field}", inner.problem, inner.fix) from exc
+                named = inner.field if inner.field.startswith(field) else field  # e.g. metadata.key
+                raise InvalidInputError(f"messages[{i}].{named}", inner.problem, inner.fix) from exc
             raise InvalidInputError(f"messages[{i}].{field}", err["msg"],
                                     "give speaker (str), non-blank content (str), timestamp "
-                                    "(ISO 8601 or datetime), optional id (str)") from exc
+                                    "(ISO 8601 or datetime), optional id (str) and metadata (object)") from exc
         except InvalidInputError as exc:
             raise InvalidInputError(f"messages[{i}].{exc.field}", exc.problem, exc.fix) from exc
     return out
 
 
 class AddResult(dict):
-    """Result of ``add_messages``: ``accepted`` (new), ``duplicates`` (already stored), ``pending``
-    (buffered after processing) and ``report`` (a ``ProcessReport`` or None)."""
+    """Result of ``add_messages``: ``accepted`` (count of new messages), ``duplicates`` (count of
+    messages already stored, or repeated in the batch), ``ids`` (message ids stored by this call, in
+    arrival order), ``duplicate_ids`` (ids skipped as duplicates, in batch order), ``pending``
+    (buffered after processing) and ``report`` (a ``ProcessReport`` or None). A message without an
+    id gets ``h`` + a content hash (``store.sqlite.message_key``)."""
 
     __getattr__ = dict.__getitem__
 
@@ -129,7 +134,8 @@ class Memory:
         speaker + timestamp + content when no id) is a no-op.
 
         Returns:
-            ``AddResult`` with ``accepted``, ``duplicates``, ``pending`` and ``report``.
+            ``AddResult`` with ``accepted``, ``duplicates``, ``ids``, ``duplicate_ids``, ``pending``
+            and ``report``.
         Raises:
             InvalidInputError: a bad user id or message field (nothing is stored then).
         """
@@ -138,14 +144,26 @@ class Memory:
             raise InvalidInputError("messages", "expected a list of messages", "wrap a single message in a list")
         parsed = _parse_messages(messages)
         accepted = self.store.add_messages(user_id, parsed)
+        fresh = {m.id for m in accepted}
+        duplicate_ids = []
+        for m in parsed:
+            key = message_key(m)
+            if key in fresh:
+                fresh.discard(key)  # its first occurrence was stored; a repeat in the batch is a duplicate
+            else:
+                duplicate_ids.append(key)
         report = self.process(user_id) if process else None
-        return AddResult(accepted=len(accepted), duplicates=len(parsed) - len(accepted),
-                         pending=self.store.stats(user_id)["pending"], report=report)
+        return AddResult(accepted=len(accepted), duplicates=len(duplicate_ids), ids=[m.id for m in accepted],
+                         duplicate_ids=duplicate_ids, pending=self.store.stats(user_id)["pending"], report=report)
 
-    def process(self, user_id: str, force: bool = False) -> ProcessReport:
-        """Process full windows (every pending message if ``force``); one user at a time."""
+    def process(self, user_id: str, force: bool = False, max_windows: int | None = None) -> ProcessReport:
+        """Process full windows (every pending message if ``force``); one user at a time.
+
+        ``max_windows`` stops after that many windows (a background worker processes one window at
+        a time so it can stop between windows); None = until the buffer holds less than a window.
+        """
         with self._lock(user_id):
-            report = self.pipeline.process(user_id, force=force)
+            report = self.pipeline.process(user_id, force=force, max_windows=max_windows)
             self._parked[user_id] = list(report.parked)  # the latest pass: cleared once work succeeds
         for p in report.parked:
             log.warning("parked for %s: %s", user_id, p)
@@ -166,35 +184,62 @@ class Memory:
             dict with the store's counts (``messages``, ``pending`` = buffered messages not yet in an
             episode, ``episodes``, ``superseded_episodes``, ``semantic``, ``to_distill`` = episodes whose
             semantic step has not been committed) — these are read from the store, so they survive a
-            restart — plus ``parked`` (reasons from this process's latest pass for this user; empty
+            restart — plus ``known`` (anything stored for the user; an unknown user reads as all
+            zeros), ``parked`` (reasons from this process's latest pass for this user; empty
             after a restart or once the work succeeds), ``healthy`` (nothing parked and nothing left
             to distill) and process-wide ``counters`` (calls, retries, parked windows...).
         Raises:
-            UnknownUserError: nothing was ever added for ``user_id``.
+            InvalidInputError: a malformed user id.
         """
-        stats = self.store.stats(self._known(user_id))
+        stats = self.store.stats(validate_user_id(user_id))
         parked = list(self._parked.get(user_id, []))
-        return {**stats, "parked": parked, "healthy": not parked and stats.get("to_distill", 0) == 0,
-                "counters": dict(LEDGER.counters)}
+        return {**stats, "known": self.store.user_exists(user_id), "parked": parked,
+                "healthy": not parked and stats.get("to_distill", 0) == 0, "counters": dict(LEDGER.counters)}
 
     # ------------------------------------------------------------------ query
     def search(self, user_id: str, query: str, top_k: int | None = None,
-               semantic_top_k: int | None = None) -> SearchResult:
-        """Top-k episodes and top-m semantic entries by cosine to ``query`` (k = 10, m = 20 by default, §4.1)."""
+               semantic_top_k: int | None = None, metadata: dict | None = None) -> SearchResult:
+        """Top-k episodes and top-m semantic entries by cosine to ``query`` (k = 10, m = 20 by default, §4.1).
+
+        ``metadata`` (e.g. ``{"session": "s1"}``) keeps only episodes holding a message whose
+        metadata has every given key/value (superseded versions count: a merged episode inherits its
+        messages), and only semantic entries distilled from such an episode. A user with no memory
+        (never added, or deleted) gets an empty result, not an error.
+
+        Raises:
+            InvalidInputError: empty query, malformed user id or metadata, negative top-k.
+        """
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("query", "is empty", "pass a non-empty question or phrase")
-        return self.pipeline.response.retrieve(self._known(user_id), query, top_k, semantic_top_k)
+        for name, k in (("top_k", top_k), ("semantic_top_k", semantic_top_k)):
+            if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+                raise InvalidInputError(name, f"{k!r} is not a whole number >= 0", "pass e.g. 5, or leave it unset")
+        validate_user_id(user_id)
+        wanted = check_metadata(metadata) if metadata is not None else None
+        if not self.store.user_exists(user_id):
+            return SearchResult()
+        if not wanted:
+            return self.pipeline.response.retrieve(user_id, query, top_k, semantic_top_k)
+        eids = self.store.episodes_with_metadata(user_id, wanted)
+        if not eids:
+            return SearchResult()
+        return self.pipeline.response.retrieve(user_id, query, top_k, semantic_top_k, only=eids, sources=eids)
 
     def answer(self, user_id: str, question: str, use_memory: bool = True) -> AnswerResult:
         """Answer from memory with P_ans (§3.4); ``use_memory=False`` answers with an empty context.
 
+        A user with no memory is answered like one whose memory holds nothing relevant (P_ans with
+        an empty context), not with an error; nothing is written.
+
         Returns:
             ``AnswerResult`` with the answer, the context string used, what was retrieved, and the
             usage of this call's answer stage.
+        Raises:
+            InvalidInputError: empty question or malformed user id.
         """
         if not isinstance(question, str) or not question.strip():
             raise InvalidInputError("question", "is empty", "pass a non-empty question")
-        user_id = self._known(user_id) if use_memory else validate_user_id(user_id)
+        validate_user_id(user_id)  # an unknown user's searches come back empty: same path, no write
         with LEDGER.scope() as mine:
             pred = self.pipeline(user_id=user_id, question=question, use_memory=use_memory)
         return AnswerResult(question=question, answer=pred.answer, context=pred.context, retrieved=pred.retrieved,
@@ -202,28 +247,51 @@ class Memory:
 
     # ------------------------------------------------------------------ inspect / delete
     def get_episode(self, user_id: str, episode_id: str) -> Episode:
-        """One live episode with raw messages. Raises ``UnknownUserError``/``NotFoundError``."""
-        return self.store.get_episode(self._known(user_id), episode_id)
+        """One live episode with raw messages. Raises ``NotFoundError`` (also for an unknown user)."""
+        return self.store.get_episode(validate_user_id(user_id), episode_id)
 
     def list_episodes(self, user_id: str) -> list[Episode]:
-        """All live episodes of the user, oldest first."""
-        return self.store.list_episodes(self._known(user_id))
+        """All live episodes of the user, oldest first ([] for an unknown user)."""
+        return self.store.list_episodes(validate_user_id(user_id))
 
     def delete_episode(self, user_id: str, episode_id: str) -> None:
         """Delete one episode (its messages are not re-buffered)."""
         self.store.delete_episode(self._known(user_id), episode_id)
 
     def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:
-        """One live semantic entry. Raises ``UnknownUserError``/``NotFoundError``."""
-        return self.store.get_semantic(self._known(user_id), entry_id)
+        """One live semantic entry. Raises ``NotFoundError`` (also for an unknown user)."""
+        return self.store.get_semantic(validate_user_id(user_id), entry_id)
 
     def list_semantic(self, user_id: str) -> list[SemanticEntry]:
-        """All live semantic entries of the user, oldest first."""
-        return self.store.list_semantic(self._known(user_id))
+        """All live semantic entries of the user, oldest first ([] for an unknown user)."""
+        return self.store.list_semantic(validate_user_id(user_id))
 
     def delete_semantic(self, user_id: str, entry_id: str) -> None:
-        """Delete one semantic entry."""
+        """Delete one semantic entry. Raises ``UnknownUserError``/``NotFoundError``."""
         self.store.delete_semantic(self._known(user_id), entry_id)
+
+    def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
+        """Forget one message and what was derived from it only.
+
+        Deleted: the message; the episode holding it (and superseded versions of that episode that
+        held it); the semantic entries whose source episodes are all among those (an entry also
+        backed by another episode is kept). The episode's *other* messages are not lost: they go back
+        to the buffer in their arrival order and are re-formed into episodes by the next processing
+        pass (the next ``add_messages`` with a full window, or ``flush``), exactly as if they had just
+        arrived. Until then they are stored but not searchable. Runs under the user's lock, so it never
+        interleaves with that user's processing.
+
+        Returns:
+            ``{"episodes": [...], "semantic": [...], "requeued": [...]}``: ids deleted / re-buffered.
+        Raises:
+            UnknownUserError: nothing was ever added for ``user_id``.
+            NotFoundError: no message ``message_id`` for the user.
+        """
+        if not isinstance(message_id, str) or not message_id:
+            raise InvalidInputError("message_id", f"{message_id!r} is not a message id",
+                                    "pass an id from AddResult.ids or an episode's messages")
+        with self._lock(self._known(user_id)):
+            return self.store.delete_message(user_id, message_id)
 
     def delete_user(self, user_id: str) -> None:
         """Remove everything derived from the user: messages, episodes, semantic entries."""

@@ -8,11 +8,13 @@ what a real store needs on top.
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Union
 
 from dateutil import parser as date_parser
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 from .errors import InvalidInputError
 
@@ -26,6 +28,12 @@ __all__ = [
     "SearchResult",
     "AnswerResult",
     "Usage",
+    "MetadataValue",
+    "MAX_METADATA_KEYS",
+    "MAX_METADATA_KEY_CHARS",
+    "MAX_METADATA_VALUE_CHARS",
+    "check_metadata",
+    "metadata_matches",
     "parse_timestamp",
     "utcnow",
 ]
@@ -65,12 +73,74 @@ def parse_timestamp(value: Any, field: str = "timestamp") -> datetime:
                                 "use ISO 8601, e.g. '2023-05-08T13:56:00'") from exc
 
 
+#: A metadata value: a string, whole number, finite float or boolean (kept with its JSON type).
+MetadataValue = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+MAX_METADATA_KEYS = 32
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 1024
+_META_KEY = re.compile(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_METADATA_KEY_CHARS)
+
+
+def check_metadata(meta: Mapping[str, Any], field: str = "metadata") -> dict[str, Any]:
+    """Validate a metadata mapping: at most 32 keys of 1-64 characters without control characters,
+    values ``str`` (at most 1024 characters), ``int``, finite ``float`` or ``bool``.
+
+    Returns:
+        a plain ``dict`` copy.
+    Raises:
+        InvalidInputError: names ``field`` (and the key) and what is allowed.
+    """
+    fix = ("give a flat object of at most 32 keys (1-64 characters) whose values are strings "
+           "(at most 1024 characters), numbers or booleans, e.g. {'session': 's1', 'turn': 3}")
+    if not isinstance(meta, Mapping):
+        raise InvalidInputError(field, f"expected an object, got {type(meta).__name__}", fix)
+    if len(meta) > MAX_METADATA_KEYS:
+        raise InvalidInputError(field, f"has {len(meta)} keys, more than {MAX_METADATA_KEYS}", fix)
+    out: dict[str, Any] = {}
+    for k, v in meta.items():
+        if not isinstance(k, str) or not _META_KEY.fullmatch(k):
+            raise InvalidInputError(field, f"key {str(k)[:40]!r} is not 1-{MAX_METADATA_KEY_CHARS} characters "
+                                    "without control characters", fix)
+        if isinstance(v, bool) or isinstance(v, int):
+            pass
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise InvalidInputError(f"{field}.{k}", f"{v!r} is not a finite number", fix)
+        elif isinstance(v, str):
+            if len(v) > MAX_METADATA_VALUE_CHARS:
+                raise InvalidInputError(f"{field}.{k}", f"is {len(v)} characters, more than "
+                                        f"{MAX_METADATA_VALUE_CHARS}", fix)
+        else:
+            raise InvalidInputError(f"{field}.{k}", f"{type(v).__name__} is not a string, number or boolean", fix)
+        out[k] = v
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that keeps JSON types apart: ``True`` is not ``1``, ``"1"`` is not ``1``; ``1 == 1.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def metadata_matches(meta: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
+    """True if ``meta`` has every key of ``wanted`` with an equal value (JSON types kept apart)."""
+    meta = meta or {}
+    return all(k in meta and _same(meta[k], v) for k, v in wanted.items())
+
+
 class Message(BaseModel):
     """One conversation message as a caller hands it to ``Memory.add_messages``.
 
     Fields: ``speaker`` (name or role), ``content`` (non-empty text), ``timestamp``
-    (when it was said; datetime or parseable string), optional caller ``id``
-    (e.g. LoCoMo's ``dia_id``) used for idempotent re-ingestion.
+    (when it was said; datetime or parseable string; a timezone-aware one is converted to UTC and
+    stored naive), optional caller ``id``
+    (e.g. LoCoMo's ``dia_id``) used for idempotent re-ingestion, optional ``metadata``
+    (flat ``{str: str | int | float | bool}``, see ``check_metadata``): stored with the message,
+    returned with its episode's messages and usable as a ``Memory.search`` filter; never shown to
+    the LLM.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -79,11 +149,21 @@ class Message(BaseModel):
     content: str = Field(description="the message text; must not be blank")
     timestamp: datetime = Field(description="when it was said")
     id: str | None = Field(default=None, description="caller's message id, unique per user")
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict,
+                                               description="caller's tags, e.g. {'session': 's1', 'channel': 'chat'}")
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _check_meta(cls, v: Any) -> Any:
+        return {} if v is None else check_metadata(v)
 
     @field_validator("timestamp", mode="before")
     @classmethod
     def _parse_ts(cls, v: Any) -> datetime:
-        return parse_timestamp(v)
+        # Aware times become naive UTC: one user's messages then always compare (naive minus aware
+        # raises), whichever way clients send them ("...Z" from one, local naive from another).
+        ts = parse_timestamp(v)
+        return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo is not None else ts
 
     @field_validator("content")
     @classmethod

@@ -49,6 +49,10 @@ ROUTES = {**_routes(),
           field_key(["current_instruction", "examples_with_feedback"], ["new_instruction"]): "GEPAProposeInstruction"}
 
 
+#: output fields of the step signature ``dspy.ReAct`` builds at run time (it has no fixed class name).
+_REACT_STEP = ("next_thought", "next_tool_name", "next_tool_args")
+
+
 def signature_fields(system: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(input names, output names) listed in a ChatAdapter/JSONAdapter system message, or None."""
     m = _SECTION.search(system)
@@ -126,6 +130,10 @@ class ScriptedLM(UsageTrackingMixin, dspy.LM):
         key = signature_fields(system)
         if key in ROUTES:
             return ROUTES[key]
+        if key is not None and key[1] == _REACT_STEP:  # dspy.ReAct's generated step signature
+            return "ReAct"
+        if key is not None and "trajectory" in key[0]:  # ReAct's extract step (tests/test_tools.py's agent)
+            return "MemoryAgent"
         if key is None and "raw" in self.responders:  # a bare prompt (e.g. GEPA's reflection): no fields
             return "raw"
         raise AssertionError(f"unrouted prompt (fields {key}): {system[:200]}")

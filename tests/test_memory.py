@@ -12,12 +12,12 @@ import pytest
 
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
-from nemori_dspy.errors import InvalidInputError, UnknownUserError
+from nemori_dspy.errors import InvalidInputError, NotFoundError, UnknownUserError
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import AnswerResult
 
-from .fakes import ScriptedLM, default_responders
+from .fakes import ScriptedLM, chat_reply, default_responders
 
 T0 = datetime(2023, 5, 7, 13, 0)
 
@@ -122,8 +122,8 @@ def test_bad_message_fields_are_named(make_memory, bad, field):
         mem.add_messages("carol", [bad])
     assert exc.value.field == field
     assert field in str(exc.value) and str(exc.value).count("Fix:") == 1
-    with pytest.raises(UnknownUserError):  # nothing was stored
-        mem.status("carol")
+    assert not mem.store.user_exists("carol")  # nothing was stored
+    assert mem.status("carol")["known"] is False
 
 
 def test_bad_message_in_a_batch_stores_nothing(make_memory):
@@ -131,8 +131,7 @@ def test_bad_message_in_a_batch_stores_nothing(make_memory):
     with pytest.raises(InvalidInputError) as exc:
         mem.add_messages("carol", [GOOD, {**GOOD, "content": "ok"}, {**GOOD, "timestamp": "32/13/99999 xx"}])
     assert "messages[2].timestamp" in str(exc.value)
-    with pytest.raises(UnknownUserError):
-        mem.status("carol")
+    assert not mem.store.user_exists("carol")
 
 
 @pytest.mark.parametrize("not_a_list", ["hello", b"bytes", GOOD, None, 42],
@@ -199,16 +198,27 @@ def test_odd_user_ids_are_stored_as_inert_strings(make_memory, db: Path, tmp_pat
         fresh.close()
 
 
-def test_unknown_user_errors(make_memory):
+def test_unknown_user_errors_only_where_the_call_writes_or_deletes(make_memory):
     mem = make_memory()
     mem.add_messages("known", [GOOD])
-    for call in (lambda: mem.flush("ghost"), lambda: mem.search("ghost", "anything"),
-                 lambda: mem.answer("ghost", "what?"), lambda: mem.status("ghost"),
-                 lambda: mem.list_episodes("ghost"), lambda: mem.delete_user("ghost")):
+    for call in (lambda: mem.flush("ghost"), lambda: mem.delete_user("ghost"),
+                 lambda: mem.delete_message("ghost", "m1"), lambda: mem.delete_episode("ghost", "ep_x"),
+                 lambda: mem.delete_semantic("ghost", "s_x")):
         with pytest.raises(UnknownUserError) as exc:
             call()
         assert "ghost" in str(exc.value)
-    assert not mem.store.user_exists("ghost")
+    # reads of a user with no memory are empty results
+    res = mem.search("ghost", "anything")
+    assert res.episodes == [] and res.semantic == []
+    assert mem.search("ghost", "anything", metadata={"session": "s1"}).episodes == []
+    ans = mem.answer("ghost", "what?")
+    assert ans.context == "" and ans.retrieved.episodes == [] and ans.answer == "I don't know"
+    st = mem.status("ghost")
+    assert st["known"] is False and st["messages"] == 0 and st["pending"] == 0
+    assert mem.list_episodes("ghost") == [] and mem.list_semantic("ghost") == []
+    with pytest.raises(NotFoundError):
+        mem.get_episode("ghost", "ep_x")
+    assert not mem.store.user_exists("ghost")  # no read created the user
 
 
 def test_empty_query_and_question_rejected(make_memory):
@@ -231,9 +241,9 @@ def test_delete_user_removes_everything_derived(make_memory):
 
     mem.delete_user("erin")
     with pytest.raises(UnknownUserError):
-        mem.list_episodes("erin")
-    with pytest.raises(UnknownUserError):
-        mem.search("erin", "hiking")
+        mem.delete_user("erin")
+    assert mem.list_episodes("erin") == []
+    assert mem.search("erin", "hiking").episodes == []
     assert not mem.store.user_exists("erin")
     assert all(v == 0 for v in mem.store.stats("erin").values())
     assert mem.store.list_episodes("erin") == [] and mem.store.list_semantic("erin") == []
@@ -357,3 +367,155 @@ def test_asyncio_ingestion_many_users_each_sees_only_their_own(db: Path):
 
 async def _flush_both(mem: Memory):
     return await asyncio.gather(mem.aflush("user0"), mem.aflush("user1"))
+
+
+# --------------------------------------------------------------------------- ids, metadata, delete one message
+def test_add_messages_returns_stored_and_duplicate_ids(make_memory):
+    mem = make_memory(window_size=20)
+    first = mem.add_messages("ivy", exchange(3))
+    assert first.ids == ["d0", "d1", "d2"] and first.duplicate_ids == []
+    again = mem.add_messages("ivy", exchange(4) + [exchange(4)[3]])  # d0-d2 stored, d3 new, d3 repeated
+    assert again.ids == ["d3"] and again.duplicate_ids == ["d0", "d1", "d2", "d3"]
+    assert (again.accepted, again.duplicates, again.pending) == (1, 4, 4)
+    no_ids = mem.add_messages("ivy", exchange(2, with_ids=False))
+    assert len(no_ids.ids) == 2 and all(i.startswith("h") for i in no_ids.ids)
+    assert mem.add_messages("ivy", exchange(2, with_ids=False)).duplicate_ids == no_ids.ids
+
+
+def test_metadata_is_stored_returned_and_filters_search(make_memory):
+    mem = make_memory(window_size=4)
+    msgs = exchange(8)
+    for i, m in enumerate(msgs):
+        m["metadata"] = {"session": "s1" if i < 4 else "s2", "turn": i, "flag": i == 5, "score": 0.5}
+    mem.add_messages("jo", msgs)
+    mem.flush("jo")
+    stored = {m.id: m.metadata for ep in mem.list_episodes("jo") for m in ep.messages}
+    assert stored["d5"] == {"session": "s2", "turn": 5, "flag": True, "score": 0.5}
+    assert isinstance(stored["d5"]["flag"], bool) and isinstance(stored["d5"]["turn"], int)
+
+    everything = mem.search("jo", "puppy")
+    s1 = mem.search("jo", "puppy", metadata={"session": "s1"})
+    assert s1.episodes and len(s1.episodes) < len(everything.episodes)
+    assert all(any(m.metadata.get("session") == "s1" for m in h.episode.messages) for h in s1.episodes)
+    s1_eps = {h.episode.id for h in s1.episodes}
+    assert s1.semantic and all(set(h.entry.source_episode_ids) & s1_eps for h in s1.semantic)
+    flagged = mem.search("jo", "puppy", metadata={"flag": True})
+    assert [m.id for h in flagged.episodes for m in h.episode.messages if m.metadata["flag"]] == ["d5"]
+    # JSON types are kept apart: True is not 1, "5" is not 5
+    assert mem.search("jo", "puppy", metadata={"flag": 1}).episodes == []
+    assert mem.search("jo", "puppy", metadata={"turn": "5"}).episodes == []
+    assert mem.search("jo", "puppy", metadata={"turn": 5.0}).episodes  # 5 == 5.0
+    assert mem.search("jo", "puppy", metadata={"session": "nope"}).episodes == []
+
+
+@pytest.mark.parametrize("meta, field", [
+    ({"a": [1]}, "messages[0].metadata.a"),
+    ({"a": {"b": 1}}, "messages[0].metadata.a"),
+    ({"a": float("nan")}, "messages[0].metadata.a"),
+    ({"a": "x" * 2000}, "messages[0].metadata.a"),
+    ({f"k{i}": i for i in range(40)}, "messages[0].metadata"),
+    ({"": 1}, "messages[0].metadata"),
+    ("session=s1", "messages[0].metadata"),
+], ids=["list", "nested", "nan", "long-value", "too-many-keys", "empty-key", "not-an-object"])
+def test_bad_metadata_is_named(make_memory, meta, field):
+    mem = make_memory()
+    with pytest.raises(InvalidInputError) as exc:
+        mem.add_messages("kim", [{**GOOD, "metadata": meta}])
+    assert exc.value.field == field and "Fix:" in str(exc.value)
+    assert not mem.store.user_exists("kim")
+    with pytest.raises(InvalidInputError):
+        mem.search("kim", "x", metadata={"a": [1]})
+
+
+def test_delete_message_removes_only_what_was_derived_from_it(make_memory, lm):
+    mem = make_memory(window_size=4)
+    mem.add_messages("lee", exchange(8))   # windows of 4, groups of 5 → one episode per window
+    mem.flush("lee")
+    eps = mem.list_episodes("lee")
+    assert len(eps) == 2
+    target, other = (eps[0], eps[1]) if "d1" in eps[0].message_ids else (eps[1], eps[0])
+    sem_before = {e.id: e for e in mem.list_semantic("lee")}
+    only_target = {i for i, e in sem_before.items() if set(e.source_episode_ids) == {target.id}}
+    assert only_target
+
+    out = mem.delete_message("lee", "d1")
+    assert out["episodes"] == [target.id]
+    assert set(out["semantic"]) == only_target
+    assert sorted(out["requeued"]) == sorted(set(target.message_ids) - {"d1"})
+    assert [e.id for e in mem.list_episodes("lee")] == [other.id]           # the other episode is untouched
+    assert set(e.id for e in mem.list_semantic("lee")) == set(sem_before) - only_target
+    st = mem.status("lee")
+    assert st["messages"] == 7 and st["pending"] == 3                      # re-buffered, not lost
+    with pytest.raises(NotFoundError):
+        mem.delete_message("lee", "d1")
+
+    mem.flush("lee")                                                        # re-formed from what is left
+    held = assigned_ids(mem, "lee")
+    assert sorted(held) == sorted(f"d{i}" for i in range(8) if i != 1) and len(held) == len(set(held))
+    assert all("(line 1)" not in m.content for ep in mem.list_episodes("lee") for m in ep.messages)
+    assert mem.status("lee")["pending"] == 0
+    # a pending message is simply removed
+    mem.add_messages("lee", exchange(1, prefix="p"))
+    assert mem.delete_message("lee", "p0") == {"episodes": [], "semantic": [], "requeued": []}
+    assert mem.status("lee")["messages"] == 7
+
+
+def test_delete_message_also_removes_superseded_versions_holding_it(make_memory, lm):
+    lm.responders["SelectContinuation"] = lambda i: chat_reply(choice=1)  # always merge into the top candidate
+    mem = make_memory(window_size=2)
+    mem.add_messages("max", exchange(4))
+    mem.flush("max")
+    assert mem.status("max")["superseded_episodes"] >= 1
+    live = mem.list_episodes("max")
+    assert len(live) == 1 and sorted(live[0].message_ids) == ["d0", "d1", "d2", "d3"]
+    out = mem.delete_message("max", "d0")
+    assert live[0].id in out["episodes"] and len(out["episodes"]) >= 2   # the merged episode and the one it absorbed
+    st = mem.status("max")
+    assert st["episodes"] == 0 and st["pending"] == 3
+    remaining = mem.store._conn().execute("SELECT message_ids FROM episodes WHERE user_id='max'").fetchall()
+    assert all('"d0"' not in r[0] for r in remaining)                     # no copy of d0 left anywhere
+
+
+def test_v1_sqlite_file_is_migrated_and_readable(tmp_path: Path, lm):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    v1 = sqlite3.connect(path)
+    v1.executescript(V1_SCHEMA)
+    v1.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    v1.execute("INSERT INTO users (user_id) VALUES ('old')")
+    v1.execute("INSERT INTO messages (user_id, id, seq, speaker, content, ts) VALUES "
+               "('old', 'o1', 1, 'Alice', 'hello from version 1', '2023-05-07T13:00:00')")
+    v1.commit()
+    v1.close()
+    store = SQLiteStore(path)
+    try:
+        mem = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=4))
+        assert [m.metadata for m in store.pending_messages("old")] == [{}]
+        mem.add_messages("old", [{**GOOD, "id": "n1", "metadata": {"v": 2}}])
+        assert [m.metadata for m in store.pending_messages("old")] == [{}, {"v": 2}]
+        mem.flush("old")
+        assert sorted(assigned_ids(mem, "old")) == ["n1", "o1"]
+        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+    finally:
+        store.close()
+    SQLiteStore(path).close()  # reopening a migrated file is a no-op
+
+
+#: The version-1 schema as the first release wrote it (before messages.metadata).
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE users (user_id TEXT PRIMARY KEY, generation INTEGER NOT NULL DEFAULT 0,
+    next_window INTEGER NOT NULL DEFAULT 0, next_seq INTEGER NOT NULL DEFAULT 2);
+CREATE TABLE messages (user_id TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL,
+    speaker TEXT NOT NULL, content TEXT NOT NULL, ts TEXT NOT NULL, episode_id TEXT,
+    processed INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (user_id, id));
+CREATE INDEX messages_pending ON messages (user_id, processed, seq);
+CREATE TABLE episodes (user_id TEXT NOT NULL, id TEXT NOT NULL, cue TEXT NOT NULL,
+    narrative TEXT NOT NULL, message_ids TEXT NOT NULL, start_ts TEXT NOT NULL, end_ts TEXT NOT NULL,
+    vector BLOB NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL, window INTEGER NOT NULL,
+    distilled INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (user_id, id));
+CREATE TABLE semantic (user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
+    vector BLOB NOT NULL, sources TEXT NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL,
+    live INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (user_id, id));
+"""

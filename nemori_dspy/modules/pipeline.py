@@ -128,11 +128,12 @@ class NemoriPipeline(dspy.Module):
             meta["known_before"] = [h.entry.text for h in hits]
         return meta
 
-    def process(self, user_id: str, force: bool = False) -> ProcessReport:
-        """Process full windows (all pending messages if ``force``), distilling after each window."""
+    def process(self, user_id: str, force: bool = False, max_windows: int | None = None) -> ProcessReport:
+        """Process full windows (all pending messages if ``force``), distilling after each window;
+        at most ``max_windows`` windows if given."""
         report = ProcessReport()
         self.distill_pending(user_id, report)  # finish work a crash or failure left behind
-        while self.process_window(user_id, force, report):
+        while (max_windows is None or report.windows < max_windows) and self.process_window(user_id, force, report):
             self.distill_pending(user_id, report)
             if report.parked:
                 break

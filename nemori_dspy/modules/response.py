@@ -4,7 +4,7 @@ the top-r episodes, then P_ans. ``use_memory=False`` is the no-memory control (e
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Collection
 
 import dspy
 
@@ -30,16 +30,21 @@ class ResponseGeneration(dspy.Module):
         self.answer = make("answer")
         self.include_episodes, self.include_semantic, self.include_raw = include_episodes, include_semantic, include_raw
 
-    def retrieve(self, user_id: str, query: str, top_k: int | None = None,
-                 semantic_top_k: int | None = None) -> SearchResult:
-        """Both searches by the query embedding, each ordered by decreasing cosine (§3.4)."""
+    def retrieve(self, user_id: str, query: str, top_k: int | None = None, semantic_top_k: int | None = None,
+                 only: Collection[str] | None = None, sources: Collection[str] | None = None) -> SearchResult:
+        """Both searches by the query embedding, each ordered by decreasing cosine (§3.4).
+
+        ``only`` restricts episodes to those ids, ``sources`` semantic entries to those with a source
+        episode among them (the ``Memory.search`` metadata filter)."""
         s = self.res.settings
         vec = self.res.embed(query)
         k = s.episodes_top_k if top_k is None else top_k
         m = s.semantic_top_k if semantic_top_k is None else semantic_top_k
+        ep_kw = {} if only is None else {"only": only}
+        sem_kw = {} if sources is None else {"sources": sources}
         return SearchResult(
-            episodes=self.res.store.search_episodes(user_id, vec, k) if self.include_episodes and k else [],
-            semantic=self.res.store.search_semantic(user_id, vec, m) if self.include_semantic and m else [])
+            episodes=self.res.store.search_episodes(user_id, vec, k, **ep_kw) if self.include_episodes and k else [],
+            semantic=self.res.store.search_semantic(user_id, vec, m, **sem_kw) if self.include_semantic and m else [])
 
     def context(self, user_id: str, question: str, use_memory: bool = True, include_episodes: bool | None = None,
                 include_semantic: bool | None = None, include_raw: bool | None = None) -> dspy.Prediction:

@@ -8,11 +8,16 @@ Contract (checked by ``tests/store/test_contract.py`` against every backend):
   distilled atomically, so a crash replays the whole step or none of it.
 - Searches return live (not superseded, not deleted) records of one user only, ordered by
   decreasing cosine similarity, ties broken by id.
+- A message keeps its ``metadata`` (flat JSON object); ``episodes_with_metadata`` finds the
+  episodes holding a matching message, and the ``only`` / ``sources`` search arguments restrict
+  a search to them.
+- ``delete_message`` removes one message and what was derived from it only, atomically, and
+  puts the other messages of its live episode back in the buffer.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
 
@@ -57,8 +62,9 @@ class MemoryStore(Protocol):
         """Live episodes whose semantic distillation has not been committed, oldest first."""
 
     def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
-                        before_window: int | None = None) -> list[ScoredEpisode]:
-        """Exact cosine top-k over live episodes (only windows < ``before_window`` if given)."""
+                        before_window: int | None = None, only: Collection[str] | None = None) -> list[ScoredEpisode]:
+        """Exact cosine top-k over live episodes (only windows < ``before_window``, and only the
+        ids in ``only``, if given)."""
 
     # --- semantic memory
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
@@ -75,8 +81,18 @@ class MemoryStore(Protocol):
         """Delete one live semantic entry."""
 
     def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
-                        threshold: float | None = None) -> list[ScoredSemantic]:
-        """Exact cosine top-k over live entries, keeping only score > ``threshold`` if given."""
+                        threshold: float | None = None, sources: Collection[str] | None = None) -> list[ScoredSemantic]:
+        """Exact cosine top-k over live entries, keeping only score > ``threshold`` if given, and
+        only entries with a source episode id in ``sources`` if given."""
+
+    # --- metadata and deleting one message
+    def episodes_with_metadata(self, user_id: str, metadata: Mapping[str, Any]) -> set[str]:
+        """Ids of episodes (live or superseded) holding a message whose metadata has every given pair."""
+
+    def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
+        """Delete a message, the episodes holding it and the semantic entries sourced only from those;
+        re-buffer the live episode's other messages. Returns ``{"episodes", "semantic", "requeued"}``
+        id lists; ``NotFoundError`` if the message is absent."""
 
     # --- users
     def user_exists(self, user_id: str) -> bool:

@@ -4,6 +4,10 @@ Measured on this machine (issue 2): numpy exact top-10 over 50k×384 vectors ≈
 sqlite-vec, LanceDB or Qdrant local mode, and exact. Vectors are float32 BLOBs, L2-normalised on
 write, cached per user in memory and reloaded when that user's ``generation`` counter changes
 (so another process's writes are seen).
+
+Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for rows
+written by version 1). A version-1 file is migrated in place when opened (one ``ALTER TABLE``
+in a write transaction), so old files stay readable; a file newer than this code is refused.
 """
 
 from __future__ import annotations
@@ -16,16 +20,17 @@ import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage,
+                     metadata_matches)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -33,7 +38,7 @@ CREATE TABLE IF NOT EXISTS users (user_id TEXT PRIMARY KEY, generation INTEGER N
     next_window INTEGER NOT NULL DEFAULT 0, next_seq INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS messages (user_id TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL,
     speaker TEXT NOT NULL, content TEXT NOT NULL, ts TEXT NOT NULL, episode_id TEXT,
-    processed INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (user_id, id));
+    processed INTEGER NOT NULL DEFAULT 0, metadata TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (user_id, id));
 CREATE INDEX IF NOT EXISTS messages_pending ON messages (user_id, processed, seq);
 CREATE TABLE IF NOT EXISTS episodes (user_id TEXT NOT NULL, id TEXT NOT NULL, cue TEXT NOT NULL,
     narrative TEXT NOT NULL, message_ids TEXT NOT NULL, start_ts TEXT NOT NULL, end_ts TEXT NOT NULL,
@@ -56,9 +61,10 @@ def message_key(m: Message) -> str:
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:
+    """float32 unit vector; an already-unit vector is kept bit for bit (an import re-stores exports exactly)."""
     v = np.asarray(vector, dtype=np.float32)
     n = float(np.linalg.norm(v))
-    return v / n if n > 0 else v
+    return v / n if n > 0 and abs(n - 1.0) > 1e-6 else v
 
 
 class _UserIndex:
@@ -86,13 +92,21 @@ class SQLiteStore:
         self._cache: dict[tuple[str, str], _UserIndex] = {}
         self._cache_lock = threading.Lock()
         self._conn().executescript(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring an older file up to ``SCHEMA_VERSION`` (in one write transaction); refuse a newer one."""
         row = self._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            with self._tx() as c:
-                c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema version {row[0]}, newer than this nemori-dspy "
                              f"({SCHEMA_VERSION}). Fix: upgrade nemori-dspy or use a new db_path.")
+        if row is not None and int(row[0]) == SCHEMA_VERSION:
+            return
+        with self._tx() as c:
+            cols = {r[1] for r in c.execute("PRAGMA table_info(messages)")}
+            if "metadata" not in cols:  # version 1 → 2 (another process may have migrated meanwhile)
+                c.execute("ALTER TABLE messages ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     # ------------------------------------------------------------------ plumbing
     def _conn(self) -> sqlite3.Connection:
@@ -159,22 +173,23 @@ class SQLiteStore:
             for m in messages:
                 key = message_key(m)
                 cur = c.execute(
-                    "INSERT OR IGNORE INTO messages (user_id, id, seq, speaker, content, ts) VALUES (?,?,?,?,?,?)",
-                    (user_id, key, seq, m.speaker, m.content, m.timestamp.isoformat()))
+                    "INSERT OR IGNORE INTO messages (user_id, id, seq, speaker, content, ts, metadata) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (user_id, key, seq, m.speaker, m.content, m.timestamp.isoformat(), json.dumps(m.metadata)))
                 if cur.rowcount:
                     added.append(StoredMessage(user_id=user_id, id=key, seq=seq, speaker=m.speaker,
-                                               content=m.content, timestamp=m.timestamp))
+                                               content=m.content, timestamp=m.timestamp, metadata=m.metadata))
                     seq += 1
             c.execute("UPDATE users SET next_seq=? WHERE user_id=?", (seq, user_id))
         return added
 
     @staticmethod
     def _msg(user_id: str, row: tuple) -> StoredMessage:
-        mid, seq, speaker, content, ts, ep = row
+        mid, seq, speaker, content, ts, ep, meta = row
         return StoredMessage(user_id=user_id, id=mid, seq=seq, speaker=speaker, content=content,
-                             timestamp=datetime.fromisoformat(ts), episode_id=ep)
+                             timestamp=datetime.fromisoformat(ts), episode_id=ep, metadata=json.loads(meta or "{}"))
 
-    _MSG_COLS = "id, seq, speaker, content, ts, episode_id"
+    _MSG_COLS = "id, seq, speaker, content, ts, episode_id, metadata"
 
     def pending_messages(self, user_id: str, limit: int | None = None) -> list[StoredMessage]:
         """Messages not yet processed into an episode, in arrival order (at most ``limit``)."""
@@ -316,17 +331,29 @@ class SQLiteStore:
         return [(idx.ids[i], float(scores[i])) for i in order]
 
     def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
-                        before_window: int | None = None) -> list[ScoredEpisode]:
-        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, if given)."""
+                        before_window: int | None = None, only: Collection[str] | None = None) -> list[ScoredEpisode]:
+        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
+        ids in ``only``, if given)."""
         idx = self._index(user_id, "episodes")
         mask = None if before_window is None else (idx.windows < before_window)
+        if only is not None:
+            allowed = set(only)
+            keep = np.fromiter((i in allowed for i in idx.ids), dtype=bool, count=len(idx.ids))
+            mask = keep if mask is None else (mask & keep)
         hits = self._top(idx, vector, top_k, mask, None)
         return [ScoredEpisode(episode=self.get_episode(user_id, i), score=s) for i, s in hits]
 
     def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
-                        threshold: float | None = None) -> list[ScoredSemantic]:
-        """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1)."""
-        hits = self._top(self._index(user_id, "semantic"), vector, top_k, None, threshold)
+                        threshold: float | None = None, sources: Collection[str] | None = None) -> list[ScoredSemantic]:
+        """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1); with
+        ``sources``, only entries with at least one source episode id in it."""
+        idx, mask = self._index(user_id, "semantic"), None
+        if sources is not None:
+            wanted = set(sources)
+            rows = self._conn().execute("SELECT id, sources FROM semantic WHERE user_id=? AND live=1", (user_id,))
+            ok = {sid for sid, src in rows if wanted.intersection(json.loads(src))}
+            mask = np.fromiter((i in ok for i in idx.ids), dtype=bool, count=len(idx.ids))
+        hits = self._top(idx, vector, top_k, mask, threshold)
         return [ScoredSemantic(entry=self.get_semantic(user_id, i), score=s) for i, s in hits]
 
     # ------------------------------------------------------------------ semantic
@@ -373,6 +400,56 @@ class SQLiteStore:
             if not c.execute("DELETE FROM semantic WHERE user_id=? AND id=? AND live=1", (user_id, entry_id)).rowcount:
                 raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}.")
             self._bump(c, user_id)
+
+    # ------------------------------------------------------------------ metadata / delete one message
+    def episodes_with_metadata(self, user_id: str, metadata: Mapping[str, Any]) -> set[str]:
+        """Ids of the user's episodes (live or superseded) holding a message whose metadata has every
+        key/value of ``metadata`` (JSON types kept apart: ``True`` is not ``1``)."""
+        c = self._conn()
+        hits = {mid for mid, meta in c.execute("SELECT id, metadata FROM messages WHERE user_id=?", (user_id,))
+                if metadata_matches(json.loads(meta or "{}"), metadata)}
+        if not hits:
+            return set()
+        return {eid for eid, mids in c.execute("SELECT id, message_ids FROM episodes WHERE user_id=?", (user_id,))
+                if hits.intersection(json.loads(mids))}
+
+    def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
+        """Atomically delete one message and what was derived from it only.
+
+        Removed: the message; every episode holding it (the live one and superseded versions); the
+        semantic entries whose source episodes are all among those. The live episode's other
+        messages go back to the buffer (unassigned, pending, same arrival order) to be re-processed.
+
+        Returns:
+            ``{"episodes": [...], "semantic": [...], "requeued": [...]}`` (ids).
+        Raises:
+            NotFoundError: no such message for the user.
+        """
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM messages WHERE user_id=? AND id=?", (user_id, message_id)).fetchone() is None:
+                raise NotFoundError(f"no message {message_id!r} for user {user_id!r}. Fix: use an id returned by "
+                                    "add_messages (ids) or shown in an episode's messages.")
+            gone, requeue = [], []
+            for eid, mids, live in c.execute("SELECT id, message_ids, live FROM episodes WHERE user_id=? "
+                                             "ORDER BY id", (user_id,)).fetchall():
+                ids = json.loads(mids)
+                if message_id in ids:
+                    gone.append(eid)
+                    if live:
+                        requeue += [m for m in ids if m != message_id and m not in requeue]
+            dead = set(gone)
+            sem = [sid for sid, src in c.execute("SELECT id, sources FROM semantic WHERE user_id=? ORDER BY id",
+                                                 (user_id,)).fetchall()
+                   if (s := set(json.loads(src))) and s <= dead]
+            for eid in gone:
+                c.execute("DELETE FROM episodes WHERE user_id=? AND id=?", (user_id, eid))
+            for sid in sem:
+                c.execute("DELETE FROM semantic WHERE user_id=? AND id=?", (user_id, sid))
+            for mid in requeue:
+                c.execute("UPDATE messages SET episode_id=NULL, processed=0 WHERE user_id=? AND id=?", (user_id, mid))
+            c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
+            self._bump(c, user_id)
+        return {"episodes": gone, "semantic": sem, "requeued": requeue}
 
     # ------------------------------------------------------------------ users
     def user_exists(self, user_id: str) -> bool:

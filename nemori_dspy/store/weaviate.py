@@ -31,6 +31,19 @@ crashed before its commit record is therefore invisible, and the next write step
 it back first (deletes versions born after N, resets markers set after N). Objects with
 ``gone <= N`` are purged after the commit (best effort; they are invisible either way).
 
+Deleting one message (``delete_message``) is a step too: the episode versions holding it get
+``gone = k`` (``died = k`` if live), so do the semantic versions sourced only from those; the
+deleted message gets ``deleted_step = k`` and is physically removed after the commit (a reader
+skips a message with ``deleted_step <= N`` should a crash leave it behind); the live episode's
+other messages are re-buffered with ``requeue_step = k``. A message is therefore pending iff
+``processed_step > N`` or ``requeue_step <= N < reprocessed_step`` (re-processing it sets
+``reprocessed_step``). ``metadata`` is the message's JSON-encoded metadata object.
+
+Schema versions: 1 (first release); 2 adds the message properties ``metadata``,
+``requeue_step``, ``reprocessed_step`` and ``deleted_step``. Opening version-1 collections adds
+the missing properties in place (objects written by version 1 read as ``{}`` metadata, never
+re-buffered, not deleted), so old data stays readable.
+
 ``add_messages`` is idempotent on (user_id, message id) through uuid5(user_id, message id); arrival
 numbers continue from the largest stored ``seq``. A batch cut by a crash keeps the messages written
 so far, and re-adding the batch stores the rest.
@@ -51,19 +64,20 @@ import uuid as uuid_lib
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage,
+                     metadata_matches)
 from .sqlite import message_key
 
 __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
            "INSTALL_HINT"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_PREFIX = "Nemori"
 INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
 _SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
@@ -115,6 +129,19 @@ def _unit(vector: Sequence[float]) -> list[float]:
     return (v / n if n > 0 else v).tolist()
 
 
+def _step(p: Mapping[str, Any], name: str) -> int:
+    """An int step property; a property missing on an object written by schema version 1 is "not yet"."""
+    v = p.get(name)
+    return _NEVER if v is None else int(v)
+
+
+def _pending(p: Mapping[str, Any], n: int) -> bool:
+    """Is a message (its properties) pending at committed step ``n``? Deleted ones never are."""
+    if _step(p, "deleted_step") <= n:
+        return False
+    return _step(p, "processed_step") > n or _step(p, "requeue_step") <= n < _step(p, "reprocessed_step")
+
+
 def _score(distance: float | None) -> float:
     return max(-1.0, min(1.0, 1.0 - float(distance if distance is not None else 1.0)))
 
@@ -157,7 +184,8 @@ def _import_weaviate() -> SimpleNamespace:
 #: property name → kind: "key" (exact-match filterable text), "text" (stored only), "int".
 _SCHEMA: dict[str, dict[str, str]] = {
     "message": {"user_id": "key", "mid": "key", "seq": "int", "speaker": "text", "content": "text",
-                "ts": "text", "ep": "key", "prev_ep": "key", "ep_step": "int", "processed_step": "int"},
+                "ts": "text", "ep": "key", "prev_ep": "key", "ep_step": "int", "processed_step": "int",
+                "metadata": "text", "requeue_step": "int", "reprocessed_step": "int", "deleted_step": "int"},
     "episode": {"user_id": "key", "eid": "key", "cue": "text", "narrative": "text", "message_ids": "text",
                 "start_ts": "text", "end_ts": "text", "supersedes": "text", "created_at": "text",
                 "window_idx": "int", "born": "int", "died": "int", "gone": "int", "distilled_step": "int"},
@@ -268,7 +296,18 @@ class WeaviateStore:
             if not self._client.collections.exists(name):
                 self._create_collection(kind, name)
             cols[kind] = self._client.collections.use(name)
+        self._add_missing_properties(cols["message"], "message")
         return cols
+
+    def _add_missing_properties(self, coll: Any, kind: str) -> None:
+        """Schema migration: add properties a newer version defines to collections an older one made."""
+        have = {p.name for p in coll.config.get().properties}
+        for prop in _properties(self._w, _SCHEMA[kind]):
+            if prop.name not in have:
+                try:
+                    coll.config.add_property(prop)
+                except self._w.exc.UnexpectedStatusCodeError:  # another process added it meanwhile
+                    pass
 
     def _create_collection(self, kind: str, name: str) -> None:
         w = self._w
@@ -300,6 +339,8 @@ class WeaviateStore:
             raise StoreError(f"Weaviate collections {self._names['meta']} at {self.url} have schema version "
                              f"{cfg['schema_version']}, newer than this nemori-dspy ({SCHEMA_VERSION}). Fix: upgrade "
                              "nemori-dspy or use another collection prefix.")
+        if int(cfg.get("schema_version") or 0) < SCHEMA_VERSION:  # properties were added above
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"schema_version": SCHEMA_VERSION})
 
     def close(self) -> None:
         """Close the client's HTTP and gRPC connections."""
@@ -411,13 +452,15 @@ class WeaviateStore:
     def _message_rollbacks(self, user: _User) -> dict[str, dict[str, Any]]:
         n, patches = user.committed, {}
         coll = self._tc("message", user)
-        touched = lambda p: int(p["ep_step"]) > n or n < int(p["processed_step"]) < _NEVER  # noqa: E731
+        marks = ("processed_step", "requeue_step", "reprocessed_step", "deleted_step")
+        touched = lambda p: int(p["ep_step"]) > n or any(n < _step(p, m) < _NEVER for m in marks)  # noqa: E731
         for o in self._scan(coll, touched):
             p, patch = o.properties, {}
             if int(p["ep_step"]) > n:
                 patch.update(ep=p.get("prev_ep") or "", ep_step=0)
-            if n < int(p["processed_step"]) < _NEVER:
-                patch["processed_step"] = _NEVER
+            for m in marks:  # each marker set by the crashed step goes back to "not yet"
+                if n < _step(p, m) < _NEVER:
+                    patch[m] = _NEVER
             patches[str(o.uuid)] = patch
         return patches
 
@@ -465,7 +508,8 @@ class WeaviateStore:
         if not keyed:
             return []
         coll = self._tc("message", user)
-        known = {o.properties["mid"] for o in self._by_uuids(coll, [_uid("msg", user_id, k) for k in keyed])}
+        known = {o.properties["mid"] for o in self._by_uuids(coll, [_uid("msg", user_id, k) for k in keyed])
+                 if _step(o.properties, "deleted_step") > user.committed}  # a deleted leftover is overwritten
         fresh = [(key, m) for key, m in keyed.items() if key not in known]
         if not fresh:
             return []
@@ -473,10 +517,12 @@ class WeaviateStore:
         objects, added = [], []
         for key, m in fresh:
             props = {"user_id": user_id, "mid": key, "seq": seq, "speaker": m.speaker, "content": m.content,
-                     "ts": m.timestamp.isoformat(), "ep": "", "prev_ep": "", "ep_step": 0, "processed_step": _NEVER}
+                     "ts": m.timestamp.isoformat(), "ep": "", "prev_ep": "", "ep_step": 0, "processed_step": _NEVER,
+                     "metadata": json.dumps(m.metadata), "requeue_step": _NEVER, "reprocessed_step": _NEVER,
+                     "deleted_step": _NEVER}
             objects.append(self._w.DataObject(properties=props, uuid=_uid("msg", user_id, key)))
             added.append(StoredMessage(user_id=user_id, id=key, seq=seq, speaker=m.speaker, content=m.content,
-                                       timestamp=m.timestamp))
+                                       timestamp=m.timestamp, metadata=m.metadata))
             seq += 1
         self._insert(coll, objects)
         return added
@@ -490,7 +536,15 @@ class WeaviateStore:
     def _message(user_id: str, p: dict, n: int) -> StoredMessage:
         ep = p.get("ep") if int(p.get("ep_step") or 0) <= n else p.get("prev_ep")
         return StoredMessage(user_id=user_id, id=p["mid"], seq=int(p["seq"]), speaker=p["speaker"],
-                             content=p["content"], timestamp=datetime.fromisoformat(p["ts"]), episode_id=ep or None)
+                             content=p["content"], timestamp=datetime.fromisoformat(p["ts"]), episode_id=ep or None,
+                             metadata=json.loads(p.get("metadata") or "{}"))
+
+    def _pending_filter(self, n: int) -> Any:
+        """Filter: messages pending at committed step ``n`` (see ``_pending``; deleted leftovers are
+        skipped in Python)."""
+        f = self._f
+        return f("processed_step").greater_than(n) | (f("requeue_step").less_or_equal(n)
+                                                      & f("reprocessed_step").greater_than(n))
 
     @_guarded
     def pending_messages(self, user_id: str, limit: int | None = None) -> list[StoredMessage]:
@@ -500,11 +554,11 @@ class WeaviateStore:
             return []
         n, coll = user.committed, self._tc("message", user)
         if limit is not None and limit > 0:
-            res = coll.query.fetch_objects(filters=self._f("processed_step").greater_than(n), limit=int(limit),
+            res = coll.query.fetch_objects(filters=self._pending_filter(n), limit=int(limit),
                                            sort=self._w.Sort.by_property("seq", ascending=True))
-            objs = res.objects
+            objs = [o for o in res.objects if _pending(o.properties, n)]
         else:
-            objs = self._scan(coll, lambda p: int(p["processed_step"]) > n)
+            objs = self._scan(coll, lambda p: _pending(p, n))
         return sorted((self._message(user_id, o.properties, n) for o in objs), key=lambda m: m.seq)
 
     @_guarded
@@ -515,7 +569,8 @@ class WeaviateStore:
 
     def _get_messages(self, user: _User, ids: Sequence[str]) -> list[StoredMessage]:
         objs = self._by_uuids(self._tc("message", user), [_uid("msg", user.user_id, i) for i in ids])
-        found = {o.properties["mid"]: self._message(user.user_id, o.properties, user.committed) for o in objs}
+        found = {o.properties["mid"]: self._message(user.user_id, o.properties, user.committed) for o in objs
+                 if _step(o.properties, "deleted_step") > user.committed}
         return [found[i] for i in ids if i in found]
 
     # ------------------------------------------------------------------ episodes
@@ -598,6 +653,8 @@ class WeaviateStore:
             patch = {"prev_ep": p.get("ep") or "", "ep": target[p["mid"]], "ep_step": k}
             if int(p["processed_step"]) > user.committed:
                 patch["processed_step"] = k
+            elif _pending(p, user.committed):  # re-buffered by delete_message
+                patch["reprocessed_step"] = k
             patches[str(o.uuid)] = patch
         return patches
 
@@ -673,26 +730,38 @@ class WeaviateStore:
 
     @_guarded
     def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
-                        before_window: int | None = None) -> list[ScoredEpisode]:
-        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, if given)."""
+                        before_window: int | None = None, only: Collection[str] | None = None) -> list[ScoredEpisode]:
+        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
+        ids in ``only``, if given)."""
         user = self._user(user_id)
-        if user is None or top_k <= 0:
+        if user is None or top_k <= 0 or (only is not None and not only):
             return []
         filters = self._live(user.committed)
         if before_window is not None:
             filters = filters & self._f("window_idx").less_than(int(before_window))
+        if only is not None:
+            filters = filters & self._f("eid").contains_any(sorted(only))
         hits = self._nearest(self._tc("episode", user), vector, top_k, filters)
         episodes = self._episodes(user, [o for o, _ in hits])
         return [ScoredEpisode(episode=e, score=s) for e, (_, s) in zip(episodes, hits)]
 
     @_guarded
     def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
-                        threshold: float | None = None) -> list[ScoredSemantic]:
-        """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1)."""
+                        threshold: float | None = None, sources: Collection[str] | None = None) -> list[ScoredSemantic]:
+        """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1); with
+        ``sources``, only entries with at least one source episode id in it."""
         user = self._user(user_id)
         if user is None or top_k <= 0:
             return []
-        hits = self._nearest(self._tc("semantic", user), vector, top_k, self._live(user.committed))
+        filters = self._live(user.committed)
+        if sources is not None:
+            wanted = set(sources)
+            ok = sorted({o.properties["eid"] for o in self._scan_live(user, "semantic")
+                         if wanted.intersection(json.loads(o.properties["sources"]))})
+            if not ok:
+                return []
+            filters = filters & self._f("eid").contains_any(ok)
+        hits = self._nearest(self._tc("semantic", user), vector, top_k, filters)
         return [ScoredSemantic(entry=self._entry(user_id, o), score=s) for o, s in hits
                 if threshold is None or s > threshold]
 
@@ -760,6 +829,71 @@ class WeaviateStore:
         self._patch(self._tc("semantic", user), {str(o.uuid): {"died": k, "gone": k} for o in objs})
         self._commit(user, k, purge=True)
 
+    # ------------------------------------------------------------------ metadata / delete one message
+    def _kept_versions(self, user: _User, kind: str, keep: Callable[[dict], bool]) -> list:
+        """Versions (live or superseded, not removed) at the committed step that pass ``keep``."""
+        n = user.committed
+        return self._scan(self._tc(kind, user), lambda p: int(p["born"]) <= n < int(p["gone"]) and keep(p))
+
+    @_guarded
+    def episodes_with_metadata(self, user_id: str, metadata: Mapping[str, Any]) -> set[str]:
+        """Ids of the user's episodes (live or superseded) holding a message whose metadata has every
+        key/value of ``metadata`` (JSON types kept apart: ``True`` is not ``1``)."""
+        user = self._user(user_id)
+        if user is None:
+            return set()
+        n = user.committed
+        hits = {o.properties["mid"] for o in self._scan(
+            self._tc("message", user), lambda p: _step(p, "deleted_step") > n
+            and metadata_matches(json.loads(p.get("metadata") or "{}"), metadata))}
+        if not hits:
+            return set()
+        eps = self._kept_versions(user, "episode", lambda p: bool(hits.intersection(json.loads(p["message_ids"]))))
+        return {o.properties["eid"] for o in eps}
+
+    @_guarded
+    def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
+        """Delete one message and what was derived from it only, as one step (see the module docstring).
+
+        Returns:
+            ``{"episodes": [...], "semantic": [...], "requeued": [...]}`` (ids).
+        Raises:
+            NotFoundError: no such message for the user.
+        """
+        user = self._user(user_id)
+        if user is not None:
+            user = self._writable_user(user_id)
+        uid = _uid("msg", user_id, message_id)
+        found = self._by_uuids(self._tc("message", user), [uid]) if user else []
+        if not found or _step(found[0].properties, "deleted_step") <= user.committed:
+            raise NotFoundError(f"no message {message_id!r} for user {user_id!r}. Fix: use an id returned by "
+                                "add_messages (ids) or shown in an episode's messages.")
+        n, k = user.committed, user.committed + 1
+        eps = self._kept_versions(user, "episode", lambda p: message_id in json.loads(p["message_ids"]))
+        dead = {o.properties["eid"] for o in eps}
+        requeue: list[str] = []
+        for o in eps:
+            if int(o.properties["died"]) > n:
+                requeue += [m for m in json.loads(o.properties["message_ids"]) if m != message_id and m not in requeue]
+        sems = self._kept_versions(user, "semantic", lambda p: bool(s := set(json.loads(p["sources"]))) and s <= dead)
+        kill = lambda o: {"gone": k, **({"died": k} if int(o.properties["died"]) > n else {})}  # noqa: E731
+        msgs = self._by_uuids(self._tc("message", user), [_uid("msg", user_id, m) for m in requeue])
+        patches = {str(o.uuid): {"prev_ep": o.properties.get("ep") or "", "ep": "", "ep_step": k, "requeue_step": k,
+                                 "reprocessed_step": _NEVER} for o in msgs}
+        p0 = found[0].properties
+        patches[str(found[0].uuid)] = {"prev_ep": p0.get("ep") or "", "ep": "", "ep_step": k, "deleted_step": k}
+        self._begin(user)
+        self._patch(self._tc("episode", user), {str(o.uuid): kill(o) for o in eps})
+        self._patch(self._tc("semantic", user), {str(o.uuid): kill(o) for o in sems})
+        self._patch(self._tc("message", user), patches)
+        self._commit(user, k, purge=True)
+        try:  # committed: the message is invisible already; removing the object is housekeeping
+            self._tc("message", user).data.delete_by_id(uid)
+        except self._w.Error:  # pragma: no cover - skipped by readers, overwritten by a re-add
+            pass
+        return {"episodes": sorted(dead), "semantic": sorted({o.properties["eid"] for o in sems}),
+                "requeued": requeue}
+
     # ------------------------------------------------------------------ users
     @_guarded
     def user_exists(self, user_id: str) -> bool:
@@ -789,7 +923,7 @@ class WeaviateStore:
         msg, ep, sem = (self._tc(k, user) for k in ("message", "episode", "semantic"))
         return {
             "messages": self._count(msg),
-            "pending": self._count(msg, self._f("processed_step").greater_than(n)),
+            "pending": self._count(msg, self._pending_filter(n)),
             "episodes": self._count(ep, live),
             "superseded_episodes": self._count(ep, self._f("died").less_or_equal(n) & self._f("gone").greater_than(n)),
             "semantic": self._count(sem, live),

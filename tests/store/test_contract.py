@@ -471,3 +471,85 @@ def test_data_persists_across_reopen(backend: Backend, store, new_user):
     hits = again.search_semantic(u, Q, top_k=5)
     assert ids(hits) == ["s1"] and math.isclose(hits[0].score, 0.8, abs_tol=1e-5)
     assert again.add_messages(u, [msg(1), msg(2), msg(3)]) == []  # idempotency survives reopen
+
+
+# --------------------------------------------------------------------------- metadata, restricted search
+def test_metadata_round_trips_with_json_types(backend: Backend, store, new_user):
+    u = new_user()
+    meta = {"session": "s1", "turn": 3, "score": 0.25, "flag": False}
+    store.add_messages(u, [Message(speaker="A", content="x", timestamp=T0, id="m1", metadata=meta), msg(2)])
+    got = {m.id: m.metadata for m in store.get_messages(u, ["m1", "m2"])}
+    assert got == {"m1": meta, "m2": {}}
+    assert type(got["m1"]["flag"]) is bool and type(got["m1"]["turn"]) is int
+    store.commit_window(u, 0, [episode(u, "e1", ["m1", "m2"], E_SAME)], [])
+    assert store.get_episode(u, "e1").messages[0].metadata == meta
+    assert backend.reopen().get_messages(u, ["m1"])[0].metadata == meta
+
+
+def test_episodes_with_metadata_include_superseded_versions(store, new_user):
+    u = new_user()
+    store.add_messages(u, [Message(speaker="A", content="one", timestamp=T0, id="m1", metadata={"s": "a"}),
+                           Message(speaker="A", content="two", timestamp=T0, id="m2", metadata={"s": "b", "n": 1}),
+                           msg(3)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_SAME), episode(u, "e2", ["m2"], E_NEAR)], [])
+    store.commit_window(u, 1, [episode(u, "e1x", ["m1", "m3"], E_SAME, window=1, supersedes=["e1"])], ["e1"])
+    assert store.episodes_with_metadata(u, {"s": "a"}) == {"e1", "e1x"}
+    assert store.episodes_with_metadata(u, {"s": "b", "n": 1}) == {"e2"}
+    assert store.episodes_with_metadata(u, {"s": "b", "n": True}) == set()   # True is not 1
+    assert store.episodes_with_metadata(u, {"s": "c"}) == set()
+    assert store.episodes_with_metadata(new_user("nobody"), {"s": "a"}) == set()
+
+
+def test_search_restricted_to_episode_ids_and_sources(store, new_user):
+    u = new_user()
+    seed_episodes(store, u, {"a": E_SAME, "b": E_NEAR, "c": E_ORTHO})
+    assert ids(store.search_episodes(u, Q, top_k=10, only={"b", "c"})) == ["b", "c"]
+    assert store.search_episodes(u, Q, top_k=10, only=set()) == []
+    assert ids(store.search_episodes(u, Q, top_k=10, before_window=2, only={"b", "c"})) == ["b"]
+    store.commit_distillation(u, "a", [entry(u, "sa", E_SAME, "a"), entry(u, "sb", E_NEAR, "b")], [])
+    assert ids(store.search_semantic(u, Q, top_k=10, sources={"b"})) == ["sb"]
+    assert ids(store.search_semantic(u, Q, top_k=10, sources={"a", "b"})) == ["sa", "sb"]
+    assert store.search_semantic(u, Q, top_k=10, sources={"zzz"}) == []
+
+
+# --------------------------------------------------------------------------- delete one message
+def test_delete_message_removes_it_and_derived_only(backend: Backend, store, new_user):
+    u, v = new_user("u"), new_user("v")
+    for user in (u, v):
+        store.add_messages(user, [msg(1), msg(2), msg(3), msg(4)])
+        store.commit_window(user, 0, [episode(user, "e1", ["m1", "m2"], E_SAME),
+                                      episode(user, "e2", ["m3"], E_NEAR, start_min=3)], [])
+        store.commit_distillation(user, "e1", [entry(user, "only1", E_SAME, "e1")], [])
+        store.commit_distillation(user, "e2", [entry(user, "only2", E_NEAR, "e2"),
+                                               SemanticEntry(id="both", user_id=user, text="both", vector=E_ORTHO,
+                                                             source_episode_ids=["e1", "e2"])], [])
+    out = store.delete_message(u, "m1")
+    assert out == {"episodes": ["e1"], "semantic": ["only1"], "requeued": ["m2"]}
+    assert [e.id for e in store.list_episodes(u)] == ["e2"]
+    assert {e.id for e in store.list_semantic(u)} == {"only2", "both"}
+    assert [m.id for m in store.pending_messages(u)] == ["m2", "m4"]        # back in the buffer, in arrival order
+    assert store.get_messages(u, ["m1", "m2"])[0].id == "m2"
+    assert store.get_messages(u, ["m2"])[0].episode_id is None
+    st = store.stats(u)
+    assert (st["messages"], st["pending"], st["episodes"], st["semantic"]) == (3, 2, 1, 2)
+    with pytest.raises(NotFoundError):
+        store.delete_message(u, "m1")
+    with pytest.raises(NotFoundError):
+        store.delete_message(new_user("ghost"), "m1")
+    # the re-buffered message is processed again like a new one
+    store.commit_window(u, store.next_window(u), [episode(u, "e3", ["m2", "m4"], E_SAME, window=1)], [])
+    assert store.pending_messages(u) == [] and store.get_messages(u, ["m2"])[0].episode_id == "e3"
+    # another instance sees the same; the other user is untouched
+    again = backend.reopen()
+    assert {e.id for e in again.list_episodes(u)} == {"e2", "e3"} and again.get_messages(u, ["m1"]) == []
+    assert [e.id for e in again.list_episodes(v)] == ["e1", "e2"] and again.stats(v)["semantic"] == 3
+    # a deleted id can be added again, as a new message
+    assert [m.id for m in store.add_messages(u, [msg(1)])] == ["m1"]
+
+
+def test_delete_pending_message(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1), msg(2)])
+    assert store.delete_message(u, "m1") == {"episodes": [], "semantic": [], "requeued": []}
+    assert [m.id for m in store.pending_messages(u)] == ["m2"]
+    assert store.stats(u)["messages"] == 1

@@ -144,3 +144,28 @@ def test_open_store_unreachable_weaviate_is_a_store_error():
     url = f"http://127.0.0.1:{_unused_port()}"
     with pytest.raises(StoreError, match=re.escape(url)):
         open_store(NemoriSettings(store="weaviate", weaviate_url=url))
+
+
+def test_weaviate_store_has_every_protocol_method_with_the_same_parameters():
+    import inspect
+
+    from nemori_dspy.store.base import MemoryStore
+
+    for name, proto in inspect.getmembers(MemoryStore, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        for cls in (WeaviateStore, SQLiteStore):
+            impl = getattr(cls, name, None)
+            assert impl is not None, f"{cls.__name__}.{name} is missing"
+            assert list(inspect.signature(impl).parameters) == list(inspect.signature(proto).parameters), \
+                f"{cls.__name__}.{name}"
+
+
+def test_pending_rule_of_rebuffered_and_deleted_messages():
+    never = wv._NEVER
+    old = {"processed_step": 3}                                   # schema-1 object: no new properties
+    assert not wv._pending(old, 3) and wv._pending(old, 2)
+    requeued = {"processed_step": 3, "requeue_step": 5, "reprocessed_step": never, "deleted_step": never}
+    assert not wv._pending(requeued, 4) and wv._pending(requeued, 5)   # visible from its commit on
+    assert not wv._pending({**requeued, "reprocessed_step": 7}, 7) and wv._pending({**requeued, "reprocessed_step": 7}, 6)
+    assert not wv._pending({"processed_step": never, "deleted_step": 2}, 2)

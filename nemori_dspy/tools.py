@@ -1,0 +1,169 @@
+"""Agent-facing memory operations: ``MemoryOps`` (JSON-able results, shared by the DSPy tools and the
+MCP server) and ``memory_tools(memory, user_id)`` → ``dspy.Tool`` list for ``dspy.ReAct`` & co.
+
+The four operations an agent needs: *remember* messages, *search* memory, *answer* a question
+from memory, and *forget* one entry (an episode, a semantic entry or a message). Every result is a
+plain dict (JSON-serialisable); the DSPy tools return it as a JSON string an LM can read.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import dspy
+from pydantic import BaseModel, Field
+
+from .errors import NemoriError, NotFoundError
+from .memory import Memory
+from .types import MetadataValue, SearchResult
+
+__all__ = ["MemoryMessage", "MemoryOps", "memory_tools", "search_payload"]
+
+#: Longest text of one search hit handed to an agent (characters); the full record stays readable by id.
+HIT_CHARS = 600
+
+
+class MemoryMessage(BaseModel):
+    """One message an agent asks to remember."""
+
+    content: str = Field(description="what was said or what to remember (non-empty text)")
+    speaker: str = Field(default="user", description="who said it, e.g. 'user', 'assistant' or a name")
+    timestamp: str | None = Field(default=None, description="when it was said, ISO 8601 (e.g. 2024-05-08T13:56:00); "
+                                  "omitted: now (UTC)")
+    id: str | None = Field(default=None, description="a stable message id, for safe re-sending; omitted: a content hash")
+    metadata: dict[str, MetadataValue] | None = Field(default=None, description="optional tags, e.g. {'session': 's1'}")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+def search_payload(result: SearchResult, chars: int = HIT_CHARS) -> dict[str, Any]:
+    """A ``SearchResult`` as JSON-able dict: ``episodes`` (id, score, cue, narrative, start, end,
+    message_ids) and ``semantic`` (id, score, text), best first, texts cut to ``chars`` characters."""
+    return {
+        "episodes": [{"id": h.episode.id, "score": round(h.score, 4), "cue": h.episode.cue[:chars],
+                      "narrative": h.episode.narrative[:chars], "start": h.episode.start.isoformat(),
+                      "end": h.episode.end.isoformat(), "message_ids": h.episode.message_ids}
+                     for h in result.episodes],
+        "semantic": [{"id": h.entry.id, "score": round(h.score, 4), "text": h.entry.text[:chars]}
+                     for h in result.semantic],
+    }
+
+
+class MemoryOps:
+    """The agent operations over one ``Memory``, user id explicit per call.
+
+    Args:
+        memory: the ``Memory`` to act on.
+        flush_on_remember: ``remember`` also processes a partial window at once, so what an agent
+            chose to remember is searchable in its next session (default). False: only full windows
+            of w messages are processed; the rest waits for more messages or ``Memory.flush``.
+    """
+
+    def __init__(self, memory: Memory, flush_on_remember: bool = True) -> None:
+        self.memory = memory
+        self.flush_on_remember = flush_on_remember
+
+    def remember(self, user_id: str, messages: list[MemoryMessage | dict]) -> dict[str, Any]:
+        """Store messages (idempotent on id) and build memory from them.
+
+        Returns:
+            ``{"stored": [ids], "duplicates": [ids], "pending": n, "episodes": n}``.
+        Raises:
+            InvalidInputError: a bad message field (nothing stored).
+        """
+        rows = []
+        for m in messages:
+            d = m.model_dump() if isinstance(m, BaseModel) else dict(m)
+            d = {k: v for k, v in d.items() if v is not None}
+            d.setdefault("speaker", "user")
+            d.setdefault("timestamp", _now())
+            rows.append(d)
+        res = self.memory.add_messages(user_id, rows)
+        if self.flush_on_remember and res.pending:
+            self.memory.flush(user_id)
+        st = self.memory.status(user_id)
+        return {"stored": res.ids, "duplicates": res.duplicate_ids, "pending": st["pending"],
+                "episodes": st["episodes"]}
+
+    def search(self, user_id: str, query: str, top_k: int = 5, metadata: dict | None = None) -> dict[str, Any]:
+        """Top-``top_k`` episodes and semantic entries for ``query`` (see ``search_payload``)."""
+        return search_payload(self.memory.search(user_id, query, top_k=top_k, semantic_top_k=top_k, metadata=metadata))
+
+    def answer(self, user_id: str, question: str) -> dict[str, Any]:
+        """Answer from memory: ``{"answer": str, "episode_ids": [...], "semantic_ids": [...]}``."""
+        res = self.memory.answer(user_id, question)
+        return {"answer": res.answer, "episode_ids": [h.episode.id for h in res.retrieved.episodes],
+                "semantic_ids": [h.entry.id for h in res.retrieved.semantic]}
+
+    def forget(self, user_id: str, entry_id: str) -> dict[str, Any]:
+        """Delete one entry by id: a semantic entry (``sem_…``), an episode (``ep_…``) or a message id.
+
+        Returns:
+            ``{"deleted": "semantic"|"episode"|"message", "id": entry_id, ...}`` (a message also
+            lists the derived ``episodes``/``semantic`` removed and the ``requeued`` message ids).
+        Raises:
+            UnknownUserError: nothing stored for the user. NotFoundError: no such id.
+        """
+        mem = self.memory
+        attempts = [("semantic", mem.delete_semantic), ("episode", mem.delete_episode)]
+        if entry_id.startswith("ep_"):
+            attempts.reverse()
+        for kind, delete in attempts:
+            try:
+                delete(user_id, entry_id)
+                return {"deleted": kind, "id": entry_id}
+            except NotFoundError:
+                continue
+        try:
+            return {"deleted": "message", "id": entry_id, **mem.delete_message(user_id, entry_id)}
+        except NotFoundError:
+            raise NotFoundError(f"no semantic entry, episode or message {entry_id!r} for user {user_id!r}. "
+                                "Fix: use an id from a search result.") from None
+
+
+def _as_text(fn):
+    """Run an operation; return its result as JSON, or the error's message (an LM reads both)."""
+    try:
+        return json.dumps(fn(), ensure_ascii=False, default=str)
+    except NemoriError as exc:
+        return json.dumps({"error": str(exc)}, ensure_ascii=False)
+
+
+def memory_tools(memory: Memory, user_id: str, flush_on_remember: bool = True) -> list[dspy.Tool]:
+    """DSPy tools bound to one user's memory: ``remember``, ``search_memory``, ``answer_from_memory``,
+    ``forget``. Each takes typed arguments, has a docstring written for the LM, and returns a JSON
+    string (errors as ``{"error": "...Fix: ..."}`` rather than exceptions, so an agent can recover).
+
+    Raises:
+        InvalidInputError: ``user_id`` is malformed (checked once here).
+    """
+    from .memory import validate_user_id
+
+    validate_user_id(user_id)
+    ops = MemoryOps(memory, flush_on_remember=flush_on_remember)
+
+    def remember(messages: list[MemoryMessage]) -> str:
+        """Save messages or facts to the user's long-term memory so they can be recalled in later
+        sessions. Pass each as {"content": ..., "speaker": "user"}; timestamp (ISO 8601) is optional.
+        Returns the stored ids."""
+        return _as_text(lambda: ops.remember(user_id, messages))
+
+    def search_memory(query: str, top_k: int = 5) -> str:
+        """Search the user's long-term memory. Returns the best-matching episodes (id, cue,
+        narrative, dates) and semantic facts (id, text), best first."""
+        return _as_text(lambda: ops.search(user_id, query, top_k=top_k))
+
+    def answer_from_memory(question: str) -> str:
+        """Answer a question about the user or past conversations from long-term memory."""
+        return _as_text(lambda: ops.answer(user_id, question))
+
+    def forget(entry_id: str) -> str:
+        """Delete one memory entry by its id (a fact 'sem_...', an episode 'ep_...' or a message id),
+        e.g. when the user asks you to forget something. Get ids from search_memory."""
+        return _as_text(lambda: ops.forget(user_id, entry_id))
+
+    return [dspy.Tool(f) for f in (remember, search_memory, answer_from_memory, forget)]

@@ -1,0 +1,155 @@
+"""Memory commands of the CLI (``add``, ``search``, ``answer``, ``list``, ``delete``, ``export``,
+``import``, ``serve token``) through ``cli.main`` with a scripted runtime, HashingEmbedder, SQLite."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import dspy
+import pytest
+
+from nemori_dspy import cli_serve
+from nemori_dspy.cli import main
+from nemori_dspy.runtime import Runtime
+from nemori_dspy.serving.http import user_token
+from tests.fakes import ScriptedLM, default_responders
+from tests.serving.helpers import messages
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    lm = ScriptedLM(default_responders())
+
+    def fake_build(settings):
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
+
+    monkeypatch.setattr(cli_serve, "build_runtime", fake_build)
+    monkeypatch.setenv("NEMORI_EMBEDDER", "hashing-64")
+    monkeypatch.setenv("NEMORI_WINDOW_SIZE", "4")
+    monkeypatch.setenv("NEMORI_DB_PATH", str(tmp_path / "cli.db"))
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
+    return lm
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_add_search_answer_list_delete(env, tmp_path, capsys):
+    f = jsonl(tmp_path / "conv.jsonl", messages(6))
+    code, out, _ = run(capsys, "add", "--user", "alice", str(f), "--flush")
+    assert code == 0 and out.startswith("stored 6, duplicates 0;") and "0 pending" in out
+    assert run(capsys, "add", "--user", "alice", str(f))[1].startswith("stored 0, duplicates 6;")
+
+    code, out, _ = run(capsys, "search", "--user", "alice", "puppy called Rex", "--json")
+    hits = json.loads(out)
+    assert code == 0 and hits["episodes"] and hits["semantic"]
+    code, out, _ = run(capsys, "search", "--user", "alice", "puppy")
+    assert out.splitlines()[0].startswith("episode ep_")
+    assert run(capsys, "answer", "--user", "alice", "When did Alice talk about the puppy?")[1].strip() == "7 May 2023"
+
+    assert run(capsys, "list")[1].split() == ["alice"]
+    eps = run(capsys, "list", "--user", "alice")[1].splitlines()
+    assert len(eps) == len(hits["episodes"]) and all(l.startswith("ep_") for l in eps)
+    sem = run(capsys, "list", "--user", "alice", "--kind", "semantic")[1].splitlines()
+    sid = sem[0].split()[0]
+    assert run(capsys, "delete", "--user", "alice", sid)[1].strip() == f"deleted semantic {sid}"
+    assert run(capsys, "delete", "--user", "alice", "d0")[1].strip() == "deleted message d0"
+    assert run(capsys, "delete", "--user", "alice", "--all")[1].strip() == "deleted user alice"
+    assert run(capsys, "list")[1] == ""
+
+
+def test_add_from_stdin_with_metadata_and_no_process(env, monkeypatch, capsys):
+    rows = [{**m, "metadata": {"session": "s1"}} for m in messages(3)]
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(json.dumps(r) + "\n\n" for r in rows)))
+    code, out, _ = run(capsys, "add", "--user", "bo", "-", "--no-process")
+    assert code == 0 and "stored 3" in out and "3 pending" in out
+    assert env.calls == {}  # store only: no LLM call
+
+
+@pytest.mark.parametrize("content, needle", [
+    ('{"speaker": "A", "content": "ok", "timestamp": "2023-01-01"}\nnot json\n', "line 2: not JSON"),
+    ('{"speaker": "A", "content": "ok", "timestamp": "2023-01-01"}\n\n{"speaker": "A", "content": "", '
+     '"timestamp": "2023-01-01"}\n', "line 3: content"),
+    ('{"speaker": "A", "content": "x", "timestamp": "yesterday-ish?"}\n', "line 1: timestamp"),
+    ('[1, 2]\n', "line 1: not a JSON object"),
+], ids=["not-json", "empty-content", "bad-timestamp", "not-object"])
+def test_bad_input_is_one_line_error_and_nothing_stored(env, tmp_path, capsys, content, needle):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(content)
+    code, out, err = run(capsys, "add", "--user", "carl", str(f))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err and "Fix:" in err
+    assert run(capsys, "list")[1] == ""
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["add", "--user", "x", "/no/such/file.jsonl"], "cannot read"),
+    (["search", "--user", "bad\nid", "q"], "user_id"),
+    (["search", "--user", "x", "q", "--metadata", "novalue"], "--metadata"),
+    (["delete", "--user", "ghost", "sem_x"], "unknown user"),
+    (["delete", "--user", "x"], "either an entry id or --all"),
+    (["serve", "http", "--host", "0.0.0.0"], "NEMORI_API_TOKEN"),
+    (["serve", "token", "--user", "x"], "NEMORI_API_TOKEN"),
+])
+def test_errors_are_one_line(env, capsys, argv, needle):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_export_import_round_trip(env, tmp_path, capsys, monkeypatch):
+    rows = [{**m, "metadata": {"turn": i}} for i, m in enumerate(messages(10))]
+    run(capsys, "add", "--user", "dora", str(jsonl(tmp_path / "c.jsonl", rows)))   # 2 windows + 2 pending
+    run(capsys, "delete", "--user", "dora", "d1")                                  # re-buffers part of a window
+    code, dump, _ = run(capsys, "export", "--user", "dora")
+    assert code == 0
+    recs = [json.loads(line) for line in dump.splitlines()]
+    kinds = [r["type"] for r in recs]
+    assert kinds[0] == "header" and {"message", "episode", "semantic"} <= set(kinds)
+    assert sum(k == "message" for k in kinds) == 9
+
+    monkeypatch.setenv("NEMORI_DB_PATH", str(tmp_path / "other.db"))
+    f = tmp_path / "dump.jsonl"
+    f.write_text(dump)
+    code, out, _ = run(capsys, "import", str(f))
+    assert code == 0 and out.startswith("imported 9 messages")
+    assert run(capsys, "export", "--user", "dora")[1] == dump                      # round trip, byte for byte
+    a = run(capsys, "search", "--user", "dora", "puppy", "--json")[1]
+    monkeypatch.setenv("NEMORI_DB_PATH", str(tmp_path / "cli.db"))
+    assert run(capsys, "search", "--user", "dora", "puppy", "--json")[1] == a
+
+    monkeypatch.setenv("NEMORI_DB_PATH", str(tmp_path / "other.db"))
+    code, _, err = run(capsys, "import", str(f))                                   # already there
+    assert code == 2 and "already has memory" in err
+    assert run(capsys, "import", str(f), "--user", "dora2")[0] == 0
+    renamed = run(capsys, "export", "--user", "dora2")[1]
+    assert renamed.replace('"user_id": "dora2"', '"user_id": "dora"') == dump
+    # the imported memory keeps working: the pending messages are processed by the next flush
+    run(capsys, "add", "--user", "dora2", str(jsonl(tmp_path / "more.jsonl", messages(2, "n"))), "--flush")
+    assert run(capsys, "search", "--user", "dora2", "puppy", "--json")[0] == 0
+
+
+def test_import_refuses_another_embedder(env, tmp_path, capsys, monkeypatch):
+    run(capsys, "add", "--user", "eli", str(jsonl(tmp_path / "c.jsonl", messages(4))))
+    f = tmp_path / "dump.jsonl"
+    f.write_text(run(capsys, "export", "--user", "eli")[1])
+    monkeypatch.setenv("NEMORI_DB_PATH", str(tmp_path / "other.db"))
+    monkeypatch.setenv("NEMORI_EMBEDDER", "hashing-32")
+    code, _, err = run(capsys, "import", str(f))
+    assert code == 2 and "hashing-64" in err and "Fix:" in err
+
+
+def test_serve_token_prints_the_user_token(env, capsys, monkeypatch):
+    monkeypatch.setenv("NEMORI_API_TOKEN", "server-secret")
+    code, out, _ = run(capsys, "serve", "token", "--user", "amy")
+    assert code == 0 and out.strip() == user_token("server-secret", "amy")
