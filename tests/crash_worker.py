@@ -1,4 +1,4 @@
-"""Subprocess for the crash test: ingest locomo_mini into DB with a prompt-hash scripted LM.
+"""Subprocess for the crash test: ingest a LoCoMo-schema conversation into DB with a prompt-hash scripted LM.
 
 usage: python -m tests.crash_worker DB LOCOMO_JSON [--slow SECONDS]
 Prints "ready" once imports are done, then "done" after the final flush. With the environment variable

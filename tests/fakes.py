@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 import dspy
@@ -15,6 +17,26 @@ from dspy.lm15 import Message as LMMessage
 from dspy.lm15 import Response, TextPart, Usage
 
 from nemori_dspy.usage import UsageTrackingMixin
+
+#: tests/data: fixture files written for this project (no third-party dataset text; see its README.md).
+DATA_DIR = Path(__file__).resolve().parent / "data"
+#: One conversation in LoCoMo's schema, the size of locomo_mini.json (3 sessions, 56 turns, 25 QA items;
+#: written by tests/data/make_synthetic.py). The end-to-end tests run on it, so they need no ../shared.
+SYNTHETIC_MINI = DATA_DIR / "synthetic_mini.json"
+#: Three short LoCoMo-schema conversations (optimizer tests).
+SYNTHETIC_LOCOMO = DATA_DIR / "synthetic_locomo.json"
+
+
+def real_locomo_mini() -> Path | None:
+    """The real LoCoMo ``locomo_mini.json`` (CC BY-NC, not in this repo), or None when absent.
+
+    Looked for in ``$NEMORI_LOCOMO_DIR``, then in ``../shared/data/locomo`` beside the checkout. Only the
+    real-data tests (marker ``real_data``) use it; they skip without it.
+    """
+    dirs = [Path(os.environ["NEMORI_LOCOMO_DIR"])] if os.environ.get("NEMORI_LOCOMO_DIR") else []
+    dirs.append(Path(__file__).resolve().parents[2] / "shared/data/locomo")
+    return next((d / "locomo_mini.json" for d in dirs if (d / "locomo_mini.json").is_file()), None)
+
 
 FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\n\nRespond with |\Z)", re.S)
 
