@@ -26,9 +26,8 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.testing import ScriptedLM, replay_responders
 from nemori_dspy.usage import LEDGER
-from tests.crash_worker import hash_responders
-from tests.fakes import ScriptedLM
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests/data/synthetic_mini.json"
 KINDS = ("timeout", "http_500", "empty", "truncated", "schema_echo", "think_prefix")
@@ -67,7 +66,7 @@ def run(data: Path, rate: float, seed: int, max_flushes: int = 10) -> dict:
     """Ingest one conversation under injected faults; returns counts and the coverage check."""
     conv = load_locomo(data)[0]
     injected: Counter = Counter()
-    lm = ScriptedLM(faulty(hash_responders(0.0), rate, seed, injected))
+    lm = ScriptedLM(faulty(replay_responders(), rate, seed, injected))
     LEDGER.reset()
     with tempfile.TemporaryDirectory() as tmp, dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(Path(tmp) / "m.db"), HashingEmbedder(64), NemoriSettings(cache=False))
