@@ -45,3 +45,10 @@ def test_package_and_benchmarks_never_import_tests(folder):
     bad = [f"{p.relative_to(ROOT)}:{line}" for p in _py(folder) for line, mod, level in _imports(p)
            if level == 0 and (mod == "tests" or mod.startswith("tests."))]
     assert bad == []
+
+
+@pytest.mark.parametrize("folder", MAPPED)
+def test_mapped_folders_import_absolutely(folder):
+    bad = [f"{p.relative_to(ROOT)}:{line} ({'.' * level}{mod})" for p in _py(folder)
+           for line, mod, level in _imports(p) if level > 0]
+    assert bad == []
