@@ -1,11 +1,13 @@
-"""Fault injection over locomo_mini.json: a scripted LM fails ~20% of calls in mixed ways.
+"""Fault injection over one LoCoMo-schema conversation: a scripted LM fails ~20% of calls in mixed ways.
 
 Failure kinds (chosen per call by a seeded RNG): provider timeout, HTTP 500, empty reply, truncated
 reply, the output template echoed back, and a ``<think>…</think>`` prefix (which must still parse).
 Processing is retried by calling ``flush`` again (parked work stays buffered); the run then checks
-that every one of the 58 turns sits in exactly one episode and prints what failed, was retried and parked.
+that every turn sits in exactly one episode and prints what failed, was retried and parked.
 
 usage: python -m benchmarks.fault_injection [--rate 0.2] [--seed 7] [--data PATH]
+(default data: the repo's tests/data/synthetic_mini.json, 56 turns; LoCoMo's own file works too, e.g.
+``--data ../shared/data/locomo/locomo_mini.json``, 58 turns)
 """
 
 from __future__ import annotations
@@ -24,11 +26,10 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.testing import ScriptedLM, replay_responders
 from nemori_dspy.usage import LEDGER
-from tests.crash_worker import hash_responders
-from tests.fakes import ScriptedLM
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo_mini.json"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests/data/synthetic_mini.json"
 KINDS = ("timeout", "http_500", "empty", "truncated", "schema_echo", "think_prefix")
 
 
@@ -65,7 +66,7 @@ def run(data: Path, rate: float, seed: int, max_flushes: int = 10) -> dict:
     """Ingest one conversation under injected faults; returns counts and the coverage check."""
     conv = load_locomo(data)[0]
     injected: Counter = Counter()
-    lm = ScriptedLM(faulty(hash_responders(0.0), rate, seed, injected))
+    lm = ScriptedLM(faulty(replay_responders(), rate, seed, injected))
     LEDGER.reset()
     with tempfile.TemporaryDirectory() as tmp, dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(Path(tmp) / "m.db"), HashingEmbedder(64), NemoriSettings(cache=False))

@@ -7,10 +7,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..embedders import Embedder
-from ..formatting import clip
-from ..temporal import annotate_relative_dates
-from ..types import Message
+from nemori_dspy.embedders import Embedder
+from nemori_dspy.formatting import clip
+from nemori_dspy.temporal import annotate_relative_dates
+from nemori_dspy.types import Message
 
 __all__ = ["render_turn", "full_context", "RagIndex", "CHARS_PER_TOKEN"]
 

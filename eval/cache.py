@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import DEFAULT_CACHE_DIR, NemoriSettings
-from ..memory import Memory
-from ..signatures import SIGNATURES, signature_hash
-from .systems import System
+from nemori_dspy.config import DEFAULT_CACHE_DIR, NemoriSettings
+from nemori_dspy.memory import Memory
+from nemori_dspy.signatures import SIGNATURES, signature_hash
+from nemori_dspy.eval.systems import System
 
 __all__ = ["CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
 
@@ -63,8 +63,8 @@ def _construction_state_delta(settings: NemoriSettings, program_state: dict[str,
     """
     if not program_state:
         return {}
-    from ..modules.pipeline import NemoriPipeline, stage_factory
-    from ..modules.resources import Resources
+    from nemori_dspy.modules.pipeline import NemoriPipeline, stage_factory
+    from nemori_dspy.modules.resources import Resources
 
     fresh = NemoriPipeline(Resources(None, None, settings), stage_factory(settings, {}))  # type: ignore[arg-type]
     default = fresh.dump_state()

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES
-from .metrics import _ordered_stages, _usage_dict, category_scores
+from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+from nemori_dspy.eval.metrics import _ordered_stages, _usage_dict, category_scores
 
 __all__ = ["category_bar_chart", "cost_by_stage_chart"]
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatasetError
+from nemori_dspy.errors import DatasetError
 
 __all__ = ["read_json_list"]
 

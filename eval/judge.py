@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import dspy
 
-from ..errors import LLMError
-from ..predict import StagePredict
-from ..signatures import JudgeAnswer, signature_hash
+from nemori_dspy.errors import LLMError
+from nemori_dspy.predict import StagePredict
+from nemori_dspy.signatures import JudgeAnswer, signature_hash
 
 __all__ = ["LLMJudge", "JUDGE_PROMPT_HASH"]
 

@@ -15,11 +15,11 @@ from typing import Any, Iterable
 
 import dspy
 
-from ..errors import InvalidInputError, LLMError
-from ..predict import StagePredict
-from ..signatures import signature_hash
-from ..signatures.longmemeval import LONGMEMEVAL_JUDGE_SIGNATURES, JudgeLongMemEvalAbstention
-from .longmemeval import ABSTENTION_SUFFIX, QUESTION_TYPES, LongMemEvalQuestion
+from nemori_dspy.errors import InvalidInputError, LLMError
+from nemori_dspy.predict import StagePredict
+from nemori_dspy.signatures import signature_hash
+from nemori_dspy.signatures.longmemeval import LONGMEMEVAL_JUDGE_SIGNATURES, JudgeLongMemEvalAbstention
+from nemori_dspy.eval.longmemeval import ABSTENTION_SUFFIX, QUESTION_TYPES, LongMemEvalQuestion
 
 __all__ = [
     "LongMemEvalJudge",

@@ -25,7 +25,7 @@ from nltk.stem import PorterStemmer
 from nltk.tokenize import NLTKWordTokenizer
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES, normalise_evidence
+from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, normalise_evidence
 
 __all__ = [
     "token_f1",

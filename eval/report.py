@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
-from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES
-from .metrics import cost_table, format_table
+from nemori_dspy.errors import ConfigError
+from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+from nemori_dspy.eval.metrics import cost_table, format_table
 
 __all__ = ["report", "parse_metrics"]
 

@@ -18,15 +18,15 @@ import dspy
 import litellm
 from tqdm.auto import tqdm
 
-from ..memory import Memory
-from ..recording import recording
-from ..store.base import MemoryStore
-from ..usage import LEDGER, Usage
-from .baselines import CHARS_PER_TOKEN, RagIndex, full_context
-from .judge import LLMJudge
-from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
-from .metrics import bleu1, category_table, evidence_recall_at_k, f1_locomo, token_f1
-from .systems import SYSTEMS, System
+from nemori_dspy.memory import Memory
+from nemori_dspy.recording import recording
+from nemori_dspy.store.base import MemoryStore
+from nemori_dspy.usage import LEDGER, Usage
+from nemori_dspy.eval.baselines import CHARS_PER_TOKEN, RagIndex, full_context
+from nemori_dspy.eval.judge import LLMJudge
+from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
+from nemori_dspy.eval.metrics import bleu1, category_table, evidence_recall_at_k, f1_locomo, token_f1
+from nemori_dspy.eval.systems import SYSTEMS, System
 
 __all__ = ["EvalOptions", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
            "run_locomo", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import ConfigError
+from nemori_dspy.errors import ConfigError
 
 __all__ = ["System", "SYSTEMS", "parse_systems"]
 

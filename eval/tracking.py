@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..config import NemoriSettings
-from ..signatures import SIGNATURES, signature_hash, signature_text
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.signatures import SIGNATURES, signature_hash, signature_text
 
 __all__ = ["tracking_uri", "log_eval_run", "flatten", "register_prompts"]
 
@@ -79,7 +79,7 @@ def register_prompts(prefix: str = "nemori-dspy") -> dict[str, int]:
 
 
 def _charts(summary: dict[str, Any], out_dir: Path) -> None:
-    from .charts import category_bar_chart, cost_by_stage_chart
+    from nemori_dspy.eval.charts import category_bar_chart, cost_by_stage_chart
 
     metric = "judge" if summary.get("judge") else "f1"
     try:

@@ -27,7 +27,7 @@ def _reflection(settings: Any, name: str) -> Any:
 
 def _charged_reflection(rt: Any, name: str) -> Any:
     """The reflection LM, charged to ``reflection`` in the ledger (a copy when it is the student's own LM)."""
-    from .tune import REFLECTION_STAGE
+    from nemori_dspy.optimizers.tune import REFLECTION_STAGE
 
     if name.strip().lower() in ("", "none"):
         return None
@@ -139,7 +139,7 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
 
 
 def _cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
-    from .tune import REFLECTION_STAGE
+    from nemori_dspy.optimizers.tune import REFLECTION_STAGE
 
     groups: dict[str, dict[str, float]] = {}
     for name, u in cost.items():

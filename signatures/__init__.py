@@ -10,16 +10,16 @@ import json
 
 import dspy
 
-from .episodic import IntegrateEpisodes, NarrateEpisode, PartitionMessages, SelectContinuation
-from .longmemeval import (
+from nemori_dspy.signatures.episodic import IntegrateEpisodes, NarrateEpisode, PartitionMessages, SelectContinuation
+from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalAbstention,
     JudgeLongMemEvalDefault,
     JudgeLongMemEvalKnowledgeUpdate,
     JudgeLongMemEvalPreference,
     JudgeLongMemEvalTemporal,
 )
-from .response import AnswerQuestion, JudgeAnswer
-from .semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
+from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer
+from nemori_dspy.signatures.semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
 
 __all__ = [
     "PartitionMessages",

@@ -1,4 +1,5 @@
-"""Shared fixtures: scripted LM configured through the real ChatAdapter, store, embedder, memory."""
+"""Shared fixtures: scripted LM configured through the real ChatAdapter, store, embedder, memory, and the
+LoCoMo-schema fixture conversations (paths in ``tests.fakes``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pytest
 
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.usage import LEDGER
-from tests.fakes import ScriptedLM, default_responders
+from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders, real_locomo_mini
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,3 +61,18 @@ def store(tmp_path):
 @pytest.fixture
 def memory(store, scripted):
     return Memory(store, HashingEmbedder(64), NemoriSettings(window_size=10))
+
+
+@pytest.fixture
+def synthetic_mini() -> list[LoCoMoConversation]:
+    """``tests/data/synthetic_mini.json`` loaded: one conversation (``synth-1``, 56 turns, 25 QA items)."""
+    return load_locomo(SYNTHETIC_MINI)
+
+
+@pytest.fixture
+def real_locomo_mini_path():
+    """Path of the real ``locomo_mini.json`` for ``real_data`` tests; skips when it is not on this machine."""
+    path = real_locomo_mini()
+    if path is None:
+        pytest.skip("real-data test: locomo_mini.json not found (../shared/data/locomo or $NEMORI_LOCOMO_DIR)")
+    return path

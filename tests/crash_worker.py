@@ -1,4 +1,4 @@
-"""Subprocess for the crash test: ingest locomo_mini into DB with a prompt-hash scripted LM.
+"""Subprocess for the crash test: ingest a LoCoMo-schema conversation into DB with a prompt-hash scripted LM.
 
 usage: python -m tests.crash_worker DB LOCOMO_JSON [--slow SECONDS]
 Prints "ready" once imports are done, then "done" after the final flush. With the environment variable
@@ -20,13 +20,13 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
-from tests.fakes import ScriptedLM, chat_reply, default_responders, prompt_hash
+from tests.fakes import ScriptedLM, replay_responders
 
 
 def hash_responders(slow: float) -> dict:
-    """Replies that depend only on the prompt (so a replay after a crash gets the same ones)."""
-    base = default_responders()
-
+    """``replay_responders()`` (replies depend only on the prompt, so a replay after a crash gets the same
+    ones), each call delayed by ``slow`` seconds, and the process SIGKILLs itself when call number
+    ``$NEMORI_CRASH_AFTER_CALLS`` starts."""
     crash_at = int(os.environ.get("NEMORI_CRASH_AFTER_CALLS", "0"))
     calls = [0]
 
@@ -39,21 +39,7 @@ def hash_responders(slow: float) -> dict:
             return fn(i)
         return inner
 
-    def partition(i):
-        n, h = int(i["message_count"]), prompt_hash(i)
-        size = 3 + h % 4
-        return chat_reply(groups=[list(range(s, min(s + size, n + 1))) for s in range(1, n + 1, size)])
-
-    def select(i):
-        return chat_reply(choice=[-1, 1, -1][prompt_hash(i) % 3])
-
-    def consolidate(i):
-        h = prompt_hash(i)
-        action = ["new", "merge", "conflict", "new"][h % 4]
-        return chat_reply(action=action, targets=[1] if action != "new" else [], merged_text=f"merged fact {h % 97}")
-
-    base.update(PartitionMessages=partition, SelectContinuation=select, ConsolidateKnowledge=consolidate)
-    return {k: delayed(v) for k, v in base.items()}
+    return {k: delayed(v) for k, v in replay_responders().items()}
 
 
 def main(db: str, data: str, slow: float) -> None:

@@ -1,185 +1,145 @@
-"""Scripted LMs for tests: replies are produced by Python functions per signature, then parsed by
-the real DSPy adapters (ChatAdapter by default), through the real ``dspy.LM`` call path with a
-custom engine (so caching, retries and history behave as in production)."""
+"""Test doubles and fixture paths shared by the test suite.
+
+The scripted LM (``ScriptedLM``: replies from Python functions per signature, parsed by the real DSPy
+adapters through the real ``dspy.LM`` call path) lives in ``nemori_dspy.testing`` so the benchmarks can use
+it without importing the tests; it is re-exported here. Tests import shared helpers from this module (or
+get them as fixtures from ``tests/conftest.py``), never from another test module.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-import threading
-from typing import Any, Callable
+import os
+from pathlib import Path
 
-import dspy
-from dspy.lm15 import Message as LMMessage
-from dspy.lm15 import Response, TextPart, Usage
+import numpy as np
 
-from nemori_dspy.usage import UsageTrackingMixin
+from nemori_dspy.testing import (
+    ROUTES,
+    Responder,
+    ScriptedLM,
+    chat_reply,
+    default_responders,
+    field_key,
+    parse_inputs,
+    prompt_hash,
+    replay_responders,
+    signature_fields,
+)
 
-FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\n\nRespond with |\Z)", re.S)
+__all__ = [
+    "DATA_DIR",
+    "ROUTES",
+    "Responder",
+    "SYNTHETIC_LOCOMO",
+    "SYNTHETIC_MINI",
+    "ScriptedLM",
+    "TableEmbedder",
+    "chat_reply",
+    "default_responders",
+    "field_key",
+    "parse_inputs",
+    "prompt_hash",
+    "real_locomo_mini",
+    "replay_responders",
+    "signature_fields",
+    "unit_vector",
+    "RunningServer",
+    "free_port",
+    "messages",
+    "wait_until",
+]
 
-_SECTION = re.compile(r"Your input fields are:\n(.*?)Your output fields are:\n(.*?)(?:\nAll interactions|\Z)", re.S)
-_NAME = re.compile(r"^\d+\. `(\w+)`", re.M)
-
-
-def field_key(inputs: list[str], outputs: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A signature's identity as the adapter shows it: (input field names, output field names)."""
-    return tuple(inputs), tuple(outputs)
-
-
-def _routes() -> dict[tuple, str]:
-    """field key → signature class name, for every pipeline signature (their field sets are unique).
-
-    Routing by fields, never by instruction text: an optimizer rewrites instructions (and demos), the
-    fields stay."""
-    from nemori_dspy.signatures import SIGNATURES
-
-    out: dict[tuple, str] = {}
-    for name, sig in SIGNATURES.items():
-        if name.startswith("judge_lme_"):
-            continue  # the LongMemEval judges share fields; tests that need them route on top of this
-        key = field_key(list(sig.input_fields), list(sig.output_fields))
-        assert key not in out, f"two signatures with the same fields: {out[key]} and {sig.__name__}"
-        out[key] = sig.__name__
-    return out
-
-
-#: field key → signature class name (see ``_routes``), plus DSPy's own optimizer signatures.
-ROUTES = {**_routes(),
-          field_key(["current_instruction", "examples_with_feedback"], ["new_instruction"]): "GEPAProposeInstruction"}
-
-
-#: output fields of the step signature ``dspy.ReAct`` builds at run time (it has no fixed class name).
-_REACT_STEP = ("next_thought", "next_tool_name", "next_tool_args")
-
-
-def signature_fields(system: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """(input names, output names) listed in a ChatAdapter/JSONAdapter system message, or None."""
-    m = _SECTION.search(system)
-    if not m:
-        return None
-    return field_key(_NAME.findall(m.group(1)), _NAME.findall(m.group(2)))
+#: tests/data: fixture files written for this project (no third-party dataset text; see its README.md).
+DATA_DIR = Path(__file__).resolve().parent / "data"
+#: One conversation in LoCoMo's schema, the size of locomo_mini.json (3 sessions, 56 turns, 25 QA items;
+#: written by tests/data/make_synthetic.py). The end-to-end tests run on it, so they need no ../shared.
+SYNTHETIC_MINI = DATA_DIR / "synthetic_mini.json"
+#: Three short LoCoMo-schema conversations (optimizer tests).
+SYNTHETIC_LOCOMO = DATA_DIR / "synthetic_locomo.json"
 
 
-def chat_reply(**fields: Any) -> str:
-    """Format output fields as the ChatAdapter expects: ``[[ ## name ## ]]`` blocks + completed marker."""
-    parts = []
-    for k, v in fields.items():
-        parts.append(f"[[ ## {k} ## ]]\n{v if isinstance(v, str) else json.dumps(v)}")
-    return "\n\n".join(parts) + "\n\n[[ ## completed ## ]]"
+def real_locomo_mini() -> Path | None:
+    """The real LoCoMo ``locomo_mini.json`` (CC BY-NC, not in this repo), or None when absent.
 
-
-def parse_inputs(text: str) -> dict[str, str]:
-    """Input fields of a ChatAdapter user message, by name."""
-    return {m.group(1): m.group(2).strip() for m in FIELD.finditer(text)}
-
-
-class _Engine:
-    def __init__(self, owner: "ScriptedLM") -> None:
-        self.owner = owner
-
-    def complete(self, request: Any) -> Response:
-        system = request.system if isinstance(request.system, str) else "".join(p.text for p in (request.system or []))
-        user = request.messages[-1].text or ""
-        text = self.owner.reply(system, user)
-        return Response(id=None, model="scripted", message=LMMessage.assistant([TextPart(text)]),
-                        finish_reason=getattr(self.owner, "finish_reason", "stop"),
-                        usage=Usage(input_tokens=max(1, (len(system) + len(user)) // 4),
-                                    output_tokens=max(1, len(text) // 4), total_tokens=0))
-
-    def stream(self, request: Any):  # pragma: no cover - not used
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class _AsyncEngine:
-    def __init__(self, sync: _Engine) -> None:
-        self.sync = sync
-
-    async def complete(self, request: Any) -> Response:
-        return self.sync.complete(request)
-
-    async def aclose(self) -> None:
-        pass
-
-
-Responder = Callable[[dict[str, str]], str]
-
-
-class ScriptedLM(UsageTrackingMixin, dspy.LM):
-    """A ``dspy.LM`` whose replies come from ``responders[signature_name](inputs) -> raw text``; the
-    signature is recognised by its input/output field names (``route``), so rewritten instructions still route.
-
-    ``calls`` counts calls per signature; ``prompts`` keeps (signature, inputs) in order.
-    A responder may raise to simulate a provider error.
+    Looked for in ``$NEMORI_LOCOMO_DIR``, then in ``../shared/data/locomo`` beside the checkout. Only the
+    real-data tests (marker ``real_data``) use it; they skip without it.
     """
-
-    def __init__(self, responders: dict[str, Responder], cache: bool = False) -> None:
-        engine = _Engine(self)
-        super().__init__("openai/scripted", engine=engine, async_engine=_AsyncEngine(engine), cache=cache,
-                         num_retries=0, temperature=0.0, max_tokens=512)
-        self.responders = responders
-        self.calls: dict[str, int] = {}
-        self.prompts: list[tuple[str, dict[str, str]]] = []
-        self._lock = threading.Lock()
-
-    def route(self, system: str) -> str:
-        """Signature class name of a prompt, from the field names the adapter lists (not the instruction)."""
-        key = signature_fields(system)
-        if key in ROUTES:
-            return ROUTES[key]
-        if key is not None and key[1] == _REACT_STEP:  # dspy.ReAct's generated step signature
-            return "ReAct"
-        if key is not None and "trajectory" in key[0]:  # ReAct's extract step (tests/test_tools.py's agent)
-            return "MemoryAgent"
-        if key is None and "raw" in self.responders:  # a bare prompt (e.g. GEPA's reflection): no fields
-            return "raw"
-        raise AssertionError(f"unrouted prompt (fields {key}): {system[:200]}")
-
-    def reply(self, system: str, user: str) -> str:
-        name = self.route(system)
-        inputs = parse_inputs(user) if name != "raw" else {"prompt": system + "\n" + user}
-        with self._lock:
-            self.calls[name] = self.calls.get(name, 0) + 1
-            self.prompts.append((name, inputs))
-        return self.responders[name](inputs)
+    dirs = [Path(os.environ["NEMORI_LOCOMO_DIR"])] if os.environ.get("NEMORI_LOCOMO_DIR") else []
+    dirs.append(Path(__file__).resolve().parents[2] / "shared/data/locomo")
+    return next((d / "locomo_mini.json" for d in dirs if (d / "locomo_mini.json").is_file()), None)
 
 
-def prompt_hash(inputs: dict[str, str]) -> int:
-    """Stable integer from a prompt's inputs (for deterministic, replayable scripted replies)."""
-    return int(hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:8], 16)
+class TableEmbedder:
+    """Embedder with hand-set 3-d vectors per exact text (unknown text → [0, 0, 1]); rows are unit-normed."""
+
+    name, dim = "table-3", 3
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def embed(self, texts):
+        rows = np.asarray([self.table.get(t, [0.0, 0.0, 1.0]) for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-def default_responders(groups_of: int = 5) -> dict[str, Responder]:
-    """Plausible, deterministic replies for every signature: fixed-size partitions, narratives that
-    quote the messages, no merges, one insight per message line, 'new' consolidation."""
+def unit_vector(deg: float) -> list[float]:
+    """Unit vector in the x-y plane at ``deg`` degrees from the x axis (cosine to x = cos(deg))."""
+    r = np.deg2rad(deg)
+    return [float(np.cos(r)), float(np.sin(r)), 0.0]
 
-    def partition(i: dict[str, str]) -> str:
-        n = int(i["message_count"])
-        return chat_reply(groups=[list(range(s, min(s + groups_of, n + 1))) for s in range(1, n + 1, groups_of)])
 
-    def narrate(i: dict[str, str]) -> str:
-        lines = i["messages"].splitlines()
-        first = lines[0]
-        return chat_reply(cue=f"Conversation starting {first[:60]}", narrative=" ".join(lines))
+# ---------------------------------------------------------------- HTTP server tests (tests/serving)
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from datetime import datetime, timedelta  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
-    def distill(i: dict[str, str]) -> str:
-        msgs = i.get("episode_messages", "").splitlines()
-        return chat_reply(insights=[m.split("] ", 1)[-1] for m in msgs[:2]])
+T0 = datetime(2023, 5, 7, 13, 0)
 
-    return {
-        "PartitionMessages": partition,
-        "NarrateEpisode": narrate,
-        "SelectContinuation": lambda i: chat_reply(choice=-1),
-        "IntegrateEpisodes": lambda i: chat_reply(cue="merged", narrative="merged narrative"),
-        "AnticipateEpisode": lambda i: chat_reply(predicted_episode="They talked."),
-        "DistillPredictionError": distill,
-        "DistillDirect": distill,
-        "ConsolidateKnowledge": lambda i: chat_reply(action="new", targets=[], merged_text=""),
-        "AnswerQuestion": lambda i: chat_reply(answer="7 May 2023" if i.get("context") else "I don't know"),
-        "JudgeAnswer": lambda i: chat_reply(reasoning="same date", label="CORRECT"
-                                            if i["generated_answer"].lower() in i["gold_answer"].lower()
-                                            else "WRONG"),
-    }
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    """``with RunningServer(app) as srv:`` → ``srv.url``; stopped (lifespan shutdown) on exit."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn  # the serve extra; only HTTP tests need it
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "RunningServer":
+        self.thread.start()
+        wait_until(lambda: self.server.started, what="uvicorn to start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "uvicorn did not stop"
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
+    """Poll ``cond`` until truthy (a liveness guard, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def messages(n: int, prefix: str = "d", start: int = 0) -> list[dict]:
+    topics = ["hiking in the alps", "a new puppy called Rex", "the pottery class", "moving to Lisbon"]
+    return [{"speaker": "Alice" if i % 2 == 0 else "Bob", "id": f"{prefix}{i}",
+             "content": f"{prefix}: let's talk about {topics[i % len(topics)]} (line {i})",
+             "timestamp": (T0 + timedelta(minutes=i)).isoformat()} for i in range(start, start + n)]

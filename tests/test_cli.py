@@ -12,14 +12,11 @@ import pytest
 import nemori_dspy.runtime as runtime
 from nemori_dspy.cli import main
 from nemori_dspy.config import NemoriSettings
-from tests.eval.test_runner import MINI
-from tests.fakes import ScriptedLM, default_responders
+from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders
 
 
 @pytest.fixture
 def scripted_runtime(monkeypatch, tmp_path):
-    if not MINI.exists():
-        pytest.skip(f"{MINI} not found")
     lm = ScriptedLM(default_responders())
 
     def fake_build(settings: NemoriSettings, configure: bool = True):
@@ -32,7 +29,7 @@ def scripted_runtime(monkeypatch, tmp_path):
 
 
 def _run(tmp_path, *extra):
-    return main(["eval", "locomo", "--data", str(MINI), "--max-questions", "3", "--embedder", "hashing-64",
+    return main(["eval", "locomo", "--data", str(SYNTHETIC_MINI), "--max-questions", "3", "--embedder", "hashing-64",
                  "--out", str(tmp_path / "run"), "--mlflow-tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *extra])
 
 
@@ -161,14 +158,11 @@ def test_invalid_setting_fails_fast_naming_field_its_source_and_fix(monkeypatch,
 
 
 def test_bad_program_store_or_counts_fail_before_any_model_is_loaded(monkeypatch, capsys, tmp_path):
-    if not MINI.exists():
-        pytest.skip(f"{MINI} not found")
-
     def no_model(*a, **k):
         raise AssertionError("runtime built despite a bad argument")
 
     monkeypatch.setattr(runtime, "build_runtime", no_model)
-    base = ["eval", "locomo", "--data", str(MINI), "--out", str(tmp_path / "run")]
+    base = ["eval", "locomo", "--data", str(SYNTHETIC_MINI), "--out", str(tmp_path / "run")]
     assert main([*base, "--program", str(tmp_path / "missing.json")]) == 2
     assert "--program" in (err := capsys.readouterr().err) and "Fix:" in err
     monkeypatch.setenv("NEMORI_STORE", "weaviate")

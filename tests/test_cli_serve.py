@@ -15,7 +15,7 @@ from nemori_dspy.cli import main
 from nemori_dspy.runtime import Runtime
 from nemori_dspy.serving.http import user_token
 from tests.fakes import ScriptedLM, default_responders
-from tests.serving.helpers import messages
+from tests.fakes import messages
 
 
 @pytest.fixture

@@ -70,7 +70,10 @@ def test_resolve_missing_embedder_path_errors(tmp_path):
 _MINILM = find_minilm_dir(None)
 
 
-@pytest.mark.skipif(_MINILM is None, reason="local all-MiniLM-L6-v2 folder not found (run ../shared/tools/offline-models)")
+# a model download, not test data: ~/.cache/nemori-offline-models/all-MiniLM-L6-v2 (or $NEMORI_OFFLINE_MODELS) is
+# filled by .ci/setup from ../shared, or by hand from the Hub (sentence-transformers/all-MiniLM-L6-v2)
+@pytest.mark.skipif(_MINILM is None, reason="model download: local all-MiniLM-L6-v2 folder not found "
+                    "(~/.cache/nemori-offline-models or $NEMORI_OFFLINE_MODELS; see README 'Run the tests')")
 def test_sentence_transformer_minilm():
     from nemori_dspy.embedders import SentenceTransformerEmbedder
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import litellm
 from pydantic import SecretStr
 
 from nemori_dspy.config import NemoriSettings
@@ -14,10 +15,24 @@ from nemori_dspy.store.sqlite import SQLiteStore
 CANARY = "sk-canary-runtime-42"
 
 
-def test_make_lm_uses_litellm_and_passes_the_key():
-    lm = make_lm(NemoriSettings(api_key=SecretStr(CANARY)), "openai/gpt-4o-mini", max_tokens=77)
+def test_make_lm_uses_litellm_and_passes_the_key(monkeypatch):
+    lm = make_lm(NemoriSettings(api_key=SecretStr(CANARY), cache=False), "openai/gpt-4o-mini", max_tokens=77)
     assert lm.kwargs["api_key"] == CANARY and lm.kwargs["max_tokens"] == 77
-    assert getattr(lm, "engine", "litellm") == "litellm" or "litellm" in type(lm).__mro__[1].__module__
+    # dspy 3.4: LM.engine is the configured selection; the default "auto" would send openai/* models
+    # through lm15, which writes max_completion_tokens (ignored by llama.cpp)
+    assert lm.engine == "litellm"
+    # ...and a call really goes through litellm.completion, with max_tokens (litellm's mock reply: no network)
+    sent: list[dict] = []
+    real = litellm.completion
+
+    def spy(**kwargs):
+        sent.append(kwargs)
+        return real(**kwargs, mock_response="hello")
+
+    monkeypatch.setattr(litellm, "completion", spy)
+    assert lm("Say hello.") == ["hello"]
+    assert len(sent) == 1 and sent[0]["model"] == "openai/gpt-4o-mini"
+    assert sent[0]["max_tokens"] == 77 and "max_completion_tokens" not in sent[0] and sent[0]["api_key"] == CANARY
 
 
 def test_local_calls_never_time_out_or_retry():

@@ -1,9 +1,11 @@
-"""LoCoMo loader tests: the shipped mini fixture plus tiny synthetic files."""
+"""LoCoMo loader tests: the shipped synthetic mini (tests/data/synthetic_mini.json), tiny synthetic files
+written per test, and — marked ``real_data``, skipped where it is absent — LoCoMo's own locomo_mini.json."""
 
 from __future__ import annotations
 
 import json
-import os
+import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
@@ -16,31 +18,87 @@ from nemori_dspy.eval.locomo import (
     dataset_sha256,
     load_locomo,
 )
+from tests.fakes import DATA_DIR, SYNTHETIC_MINI
 
 MINI_SHA256 = "fae07ca3ea7857269e6d78d57703ed2c9d8dc62fb1fe162432af04c6d9343b25"
 
 
-def _mini_path() -> Path:
-    candidates = []
-    if os.environ.get("NEMORI_LOCOMO_DIR"):
-        candidates.append(Path(os.environ["NEMORI_LOCOMO_DIR"]) / "locomo_mini.json")
-    candidates.append(Path(__file__).resolve().parents[2].parent / "shared/data/locomo/locomo_mini.json")
-    candidates.append(Path("/work/shared/data/locomo/locomo_mini.json"))
-    for path in candidates:
-        if path.is_file():
-            return path
-    pytest.skip("locomo_mini.json not found (set NEMORI_LOCOMO_DIR)")
+# ------------------------------------------------------------------ the shipped synthetic mini (always runs)
+
+@pytest.fixture
+def synth(synthetic_mini):
+    (conv,) = synthetic_mini
+    return conv
 
 
-@pytest.fixture(scope="module")
-def mini():
-    path = _mini_path()
-    convs = load_locomo(path)
+def test_synthetic_mini_is_what_its_script_writes(tmp_path):
+    """The committed JSON is reproducible: make_synthetic.py writes it byte for byte."""
+    out = tmp_path / "regenerated.json"
+    subprocess.run([sys.executable, str(DATA_DIR / "make_synthetic.py"), str(out)], check=True, capture_output=True)
+    assert out.read_bytes() == SYNTHETIC_MINI.read_bytes()
+
+
+def test_synthetic_mini_messages(synth):
+    assert synth.sample_id == "synth-1"
+    assert (synth.speaker_a, synth.speaker_b) == ("Noor", "Elias")
+    assert len(synth.messages) == 56  # 19 + 17 + 20 turns
+    assert (synth.messages[0].id, synth.messages[19].id, synth.messages[-1].id) == ("D1:1", "D2:1", "D3:20")
+    assert sorted({m.timestamp.date() for m in synth.messages}) == [date(2023, 4, 3), date(2023, 4, 21),
+                                                                    date(2023, 5, 12)]
+    # "10:15 am on 3 April, 2023" for the whole first session, "7:40 pm on 21 April, 2023" for the second
+    assert {(m.timestamp.hour, m.timestamp.minute) for m in synth.messages[:19]} == {(10, 15)}
+    assert (synth.messages[19].timestamp.hour, synth.messages[19].timestamp.minute) == (19, 40)
+    assert {m.speaker for m in synth.messages} == {"Noor", "Elias"}
+
+
+def test_synthetic_mini_image_turns(synth):
+    images = [m.id for m in synth.messages if "[shares an image:" in m.content]
+    assert images == ["D1:7", "D1:17", "D2:5", "D3:5", "D3:11"]
+    d25 = next(m for m in synth.messages if m.id == "D2:5")
+    assert d25.content == ("She sleeps most of the day and steals socks at night. "
+                           "[shares an image: a photo of a grey dog lying on a couch next to a sock]")
+
+
+def test_synthetic_mini_questions(synth):
+    qs = synth.questions
+    assert len(qs) == 25 and [q.index for q in qs] == list(range(25))
+    assert [sum(q.category == c for q in qs) for c in (1, 2, 3, 4, 5)] == [4, 7, 2, 7, 5]
+    assert sum(q.category in SCORED_CATEGORIES for q in qs) == 20
+    assert (qs[2].answer, qs[2].category) == ("2019", 2) and (qs[3].answer, qs[3].category) == ("4", 4)  # ints
+    cat5 = [q for q in qs if q.category == 5]
+    assert all(q.answer == "" for q in cat5)
+    ids = {m.id for m in synth.messages}
+    assert all(q.evidence and set(q.evidence) <= ids for q in qs)  # every item points at real turns
+    assert {q.sample_id for q in qs} == {"synth-1"}
+
+
+def test_synthetic_mini_malformed_evidence(synth):
+    by_raw = {tuple(q.raw_evidence): q.evidence for q in synth.questions}
+    assert by_raw[("D1:13 D1:14",)] == ["D1:13", "D1:14"]  # space-joined
+    assert by_raw[("D2:08",)] == ["D2:8"]  # leading zero
+    assert by_raw[("D3:10; D3:11",)] == ["D3:10", "D3:11"]  # ';'-joined
+    assert by_raw[("D1:3; D2:12", "D3:11", "D")] == ["D1:3", "D2:12", "D3:11"]  # "D" dropped
+    assert by_raw[("D1:9", "D:1:9")] == ["D1:9"]  # "D:1:9" dropped
+
+
+def test_synthetic_mini_sample_filter():
+    assert [c.sample_id for c in load_locomo(SYNTHETIC_MINI, ["synth-1"])] == ["synth-1"]
+    with pytest.raises(DatasetError, match="synth-1"):
+        load_locomo(SYNTHETIC_MINI, ["conv-99"])
+
+
+# ------------------------------------------------------------------ the real locomo_mini.json (opt-in, real data)
+
+@pytest.fixture
+def real_mini(real_locomo_mini_path):
+    convs = load_locomo(real_locomo_mini_path)
     assert len(convs) == 1
     return convs[0]
 
 
-def test_mini_messages(mini):
+@pytest.mark.real_data
+def test_real_locomo_mini_messages(real_mini):
+    mini = real_mini
     assert mini.sample_id == "conv-26"
     assert (mini.speaker_a, mini.speaker_b) == ("Caroline", "Melanie")
     assert len(mini.messages) == 58  # 18 + 17 + 23 turns
@@ -53,17 +111,19 @@ def test_mini_messages(mini):
     assert {m.speaker for m in mini.messages} == {"Caroline", "Melanie"}
 
 
-def test_mini_image_turns(mini):
-    images = [m for m in mini.messages if "[shares an image:" in m.content]
+@pytest.mark.real_data
+def test_real_locomo_mini_image_turns(real_mini):
+    images = [m for m in real_mini.messages if "[shares an image:" in m.content]
     assert len(images) == 7
-    d15 = next(m for m in mini.messages if m.id == "D1:5")
+    d15 = next(m for m in real_mini.messages if m.id == "D1:5")
     assert d15.content.endswith(
         "[shares an image: a photo of a dog walking past a wall with a painting of a woman]"
     )
 
 
-def test_mini_questions(mini):
-    qs = mini.questions
+@pytest.mark.real_data
+def test_real_locomo_mini_questions(real_mini):
+    qs = real_mini.questions
     assert len(qs) == 25
     assert [q.index for q in qs] == list(range(25))
     assert sum(q.category in SCORED_CATEGORIES for q in qs) == 20
@@ -74,8 +134,9 @@ def test_mini_questions(mini):
     assert qs[0].sample_id == "conv-26"
 
 
-def test_mini_sample_filter_and_sha(tmp_path):
-    path = _mini_path()
+@pytest.mark.real_data
+def test_real_locomo_mini_sample_filter_and_sha(real_locomo_mini_path):
+    path = real_locomo_mini_path
     assert [c.sample_id for c in load_locomo(path, ["conv-26"])] == ["conv-26"]
     with pytest.raises(DatasetError, match="conv-26"):
         load_locomo(path, ["conv-99"])
@@ -87,7 +148,7 @@ def test_constants():
     assert SCORED_CATEGORIES == (1, 2, 3, 4)
 
 
-# ------------------------------------------------------------------ synthetic files
+# ------------------------------------------------------------------ tiny files written per test
 
 def _sample(sample_id: str = "s-1", **overrides) -> dict:
     conv = {

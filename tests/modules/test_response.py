@@ -12,8 +12,7 @@ from nemori_dspy.modules.resources import Resources
 from nemori_dspy.modules.response import ResponseGeneration
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import Episode, Message, SemanticEntry
-from tests.fakes import ScriptedLM, default_responders
-from tests.modules.test_semantic import TableEmbedder, _unit
+from tests.fakes import ScriptedLM, TableEmbedder, default_responders, unit_vector
 
 
 def _setup(tmp_path, **settings):
@@ -24,9 +23,9 @@ def _setup(tmp_path, **settings):
     for i, deg in enumerate([60, 10, 35]):  # cosines to the query (0°): 0.5, 0.985, 0.819
         store.add_messages("u", [Message(speaker="A", content=f"raw message {i}", timestamp=ts, id=f"m{i}")])
         eps.append(Episode(id=f"e{i}", user_id="u", cue=f"cue {i}", narrative=f"narrative {i}", message_ids=[f"m{i}"],
-                           start=ts, end=ts, vector=_unit(deg)))
+                           start=ts, end=ts, vector=unit_vector(deg)))
     store.commit_window("u", 0, eps, [])
-    store.commit_distillation("u", "e0", [SemanticEntry(id=f"s{i}", user_id="u", text=f"fact {i}", vector=_unit(d))
+    store.commit_distillation("u", "e0", [SemanticEntry(id=f"s{i}", user_id="u", text=f"fact {i}", vector=unit_vector(d))
                                           for i, d in enumerate([50, 5])], [])
     s = NemoriSettings(**settings)
     return ResponseGeneration(Resources(store, TableEmbedder({"q?": [1, 0, 0]}), s), stage_factory(s))

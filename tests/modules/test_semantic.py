@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import dspy
-import numpy as np
 import pytest
 
 from nemori_dspy.config import NemoriSettings
@@ -15,26 +14,7 @@ from nemori_dspy.modules.semantic import SemanticDistillation
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import Episode, SemanticEntry, StoredMessage
 from nemori_dspy.usage import LEDGER
-from tests.fakes import ScriptedLM, chat_reply, default_responders
-
-
-class TableEmbedder:
-    """Embedder with hand-set 3-d vectors per exact text (unknown text → [0, 0, 1])."""
-
-    name, dim = "table-3", 3
-
-    def __init__(self, table: dict[str, list[float]]) -> None:
-        self.table = table
-
-    def embed(self, texts):
-        rows = np.asarray([self.table.get(t, [0.0, 0.0, 1.0]) for t in texts], dtype=np.float32)
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-
-def _unit(deg: float) -> list[float]:
-    """Unit vector in the x-y plane at ``deg`` degrees from the x axis (cosine to x = cos(deg))."""
-    r = np.deg2rad(deg)
-    return [float(np.cos(r)), float(np.sin(r)), 0.0]
+from tests.fakes import ScriptedLM, TableEmbedder, chat_reply, default_responders, unit_vector
 
 
 def _episode(vec) -> Episode:
@@ -60,10 +40,10 @@ def _module(store, embedder, responders, **settings):
 def test_evocation_keeps_only_entries_with_cosine_above_tau(tmp_path):
     store = SQLiteStore(tmp_path / "m.db")
     # cosines to the episode vector (x axis): cos 30° = 0.866, cos 44° = 0.719, cos 46° = 0.695, cos 80° = 0.174
-    _seed(store, {"close": _unit(30), "just above": _unit(44), "just below": _unit(46), "far": _unit(80)})
+    _seed(store, {"close": unit_vector(30), "just above": unit_vector(44), "just below": unit_vector(46), "far": unit_vector(80)})
     lm = ScriptedLM(default_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(_unit(0)))
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
     assert pred.evoked == ["close", "just above"]
     anticipate = [inp for name, inp in lm.prompts if name == "AnticipateEpisode"][0]
     assert "just above" in anticipate["known_facts"] and "just below" not in anticipate["known_facts"]
@@ -73,20 +53,20 @@ def test_empty_evoked_context_is_counted(tmp_path):
     store = SQLiteStore(tmp_path / "m.db")
     store.check_embedder("table-3", 3)
     with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
-        _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(_unit(0)))
+        _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
     assert LEDGER.counters["evoke_empty"] == 1 and LEDGER.counters["evoke_calls"] == 1
 
 
 def _consolidate(tmp_path, reply: str, insight="Caroline adopted a dog named Rex in May 2023."):
     store = SQLiteStore(tmp_path / "m.db")
-    old = _seed(store, {"Caroline likes dogs.": _unit(10), "Caroline has no pets.": _unit(20),
-                        "Melanie paints.": _unit(90)})
+    old = _seed(store, {"Caroline likes dogs.": unit_vector(10), "Caroline has no pets.": unit_vector(20),
+                        "Melanie paints.": unit_vector(90)})
     responders = default_responders()
     responders["DistillPredictionError"] = lambda i: chat_reply(insights=[insight])
     responders["ConsolidateKnowledge"] = lambda i: reply
-    emb = TableEmbedder({insight: _unit(5), "Caroline loves dogs and adopted Rex in May 2023.": _unit(8)})
+    emb = TableEmbedder({insight: unit_vector(5), "Caroline loves dogs and adopted Rex in May 2023.": unit_vector(8)})
     with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
-        pred = _module(store, emb, None)(user_id="u", episode=_episode(_unit(0)))
+        pred = _module(store, emb, None)(user_id="u", episode=_episode(unit_vector(0)))
     store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
     return store, old, {e.text: e for e in store.list_semantic("u")}
 
@@ -136,12 +116,12 @@ def test_unusable_directive_falls_back_to_new_and_deletes_nothing(tmp_path, repl
 
 def test_management_off_appends_without_consolidation_calls(tmp_path):
     store = SQLiteStore(tmp_path / "m.db")
-    _seed(store, {"Caroline likes dogs.": _unit(10)})
+    _seed(store, {"Caroline likes dogs.": unit_vector(10)})
     lm = ScriptedLM(default_responders())
     s = NemoriSettings(consolidation=False)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = SemanticDistillation(Resources(store, TableEmbedder({}), s), stage_factory(s))(
-            user_id="u", episode=_episode(_unit(0)))
+            user_id="u", episode=_episode(unit_vector(0)))
     assert pred.inserts and not pred.deletes and "ConsolidateKnowledge" not in lm.calls
 
 
@@ -152,5 +132,5 @@ def test_direct_distillation_skips_prediction(tmp_path):
     s = NemoriSettings(distillation="direct")
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         SemanticDistillation(Resources(store, TableEmbedder({}), s), stage_factory(s))(
-            user_id="u", episode=_episode(_unit(0)))
+            user_id="u", episode=_episode(unit_vector(0)))
     assert "DistillDirect" in lm.calls and "AnticipateEpisode" not in lm.calls

@@ -19,7 +19,7 @@ from nemori_dspy.serving.worker import BackgroundProcessor
 from nemori_dspy.store.sqlite import SQLiteStore
 from tests.fakes import ScriptedLM, default_responders
 
-from .helpers import RunningServer, messages, wait_until
+from tests.fakes import RunningServer, messages, wait_until
 
 TOKEN = "test-server-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

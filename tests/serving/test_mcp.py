@@ -88,7 +88,7 @@ def test_mcp_streamable_http_needs_the_bearer_token(tmp_path: Path):
 
     import httpx
 
-    from .helpers import free_port, wait_until
+    from tests.fakes import free_port, wait_until
 
     port, token = free_port(), "mcp-test-token"
     p = params(tmp_path / "mcp.db", "--http", "--port", str(port))
