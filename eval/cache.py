@@ -25,8 +25,8 @@ __all__ = ["CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
 CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size", "n_ctx",
                        "association_max_gap_hours", "episode_split_gap_hours",
                        "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
-                       "consolidation_top_k", "distillation", "consolidation", "max_message_chars",
-                       "max_prompt_chars", "parse_retries")
+                       "consolidation_top_k", "consolidation_min_similarity", "distillation", "consolidation",
+                       "max_message_chars", "max_prompt_chars", "parse_retries")
 _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
                         "direct_distill")
 

@@ -109,6 +109,13 @@ class NemoriSettings(BaseSettings):
     evoke_top_k: int = Field(default=10, ge=0, description="K_s: evoked semantic entries (§3.3.1)")
     evoke_threshold: float = Field(default=0.70, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1)")
     consolidation_top_k: int = Field(default=5, ge=1, description="K_m: entries compared per insight (§3.3.3)")
+    consolidation_min_similarity: float | None = Field(
+        default=0.5, ge=-1.0, le=1.0, description="our addition: only existing entries with cosine >= this to the "
+        "insight go to P_con (and so can be merged or retired by it); none above it → the insight is stored as new "
+        "without an LLM call. With all-MiniLM-L6-v2 same-template facts about different people score up to ~0.45 "
+        "('Alice lives in Paris.' / 'Bob lives in Berlin.' = 0.43) while updates of one person's fact score "
+        "0.55-0.9; a missed conflict keeps an old fact beside the new one, a wrong one deletes a true fact. "
+        "None = the paper's behaviour (the top K_m whatever their similarity)")
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
     raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
@@ -125,7 +132,8 @@ class NemoriSettings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
     mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment the eval runs are logged to")
 
-    @field_validator("episode_split_gap_hours", "association_max_gap_hours", mode="before")
+    @field_validator("episode_split_gap_hours", "association_max_gap_hours", "consolidation_min_similarity",
+                     mode="before")
     @classmethod
     def _off_words(cls, v: Any) -> Any:
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""

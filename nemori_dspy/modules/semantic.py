@@ -99,17 +99,29 @@ class SemanticDistillation(dspy.Module):
         return _clean_insights(found), evoked
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
-        """Top-K_m similar live entries: stored ones not deleted, plus this episode's pending inserts."""
+        """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with
+        cosine ≥ ``consolidation_min_similarity`` (all of the top K_m when it is None), best first."""
         k = self.res.settings.consolidation_top_k
+        floor = self.res.settings.consolidation_min_similarity
         stored = self.res.store.search_semantic(user_id, vec, k + len(plan.deletes))
         pool = [(h.entry, h.score) for h in stored if h.entry.id not in plan.deletes]
         v = np.asarray(vec, dtype=np.float32)
         pool += [(e, float(np.dot(v, np.asarray(e.vector, dtype=np.float32)))) for e in plan.inserts]
         pool.sort(key=lambda p: (-p[1], p[0].id))
-        return pool[:k]
+        top = pool[:k]
+        kept = top if floor is None else [(e, score) for e, score in top if score >= floor]
+        if len(kept) < len(top):
+            LEDGER.count("consolidation.candidates_below_floor", len(top) - len(kept))
+        return kept
 
     def apply(self, user_id: str, episode: Episode, insight: str, plan: Consolidation) -> None:
-        """P_con for one insight k_q: new | merge(idxs, k_μ) | conflict(idxs) applied to ``plan`` (§3.3.3)."""
+        """P_con for one insight k_q: new | merge(idxs, k_μ) | conflict(idxs) applied to ``plan`` (§3.3.3).
+
+        Only candidates at or above ``consolidation_min_similarity`` are shown to P_con, and a merge or
+        conflict can only name those, so a dissimilar entry is never deleted; with no candidate the
+        insight is inserted as new without an LLM call. Every deletion is logged (INFO) with both texts
+        and counted as ``consolidation.deleted``.
+        """
         vec = self.res.embed(insight)
         new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
                                   vector=vec, source_episode_ids=[episode.id])
@@ -125,18 +137,17 @@ class SemanticDistillation(dspy.Module):
         action = str(d.action)
         merged = str(d.merged_text or "").strip()
         if action == "merge" and targets and merged:
-            plan.remove([t.id for t in targets])
-            plan.inserts.append(SemanticEntry(
+            replacement = SemanticEntry(
                 id=_entry_id(user_id, episode.id, merged), user_id=user_id, text=merged, vector=self.res.embed(merged),
                 source_episode_ids=sorted({episode.id, *(s for t in targets for s in t.source_episode_ids)}),
-                supersedes=[t.id for t in targets]))
+                supersedes=[t.id for t in targets])
         elif action == "conflict" and targets:
-            plan.remove([t.id for t in targets])
             new_entry.supersedes = [t.id for t in targets]
-            plan.inserts.append(new_entry)
+            replacement = new_entry
         else:
-            action = "new"
-            plan.inserts.append(new_entry)
+            action, targets, replacement = "new", [], new_entry
+        _retire(plan, targets, replacement, action)
+        plan.inserts.append(replacement)
         LEDGER.count(f"consolidation.{action}")
 
     def forward(self, user_id: str, episode: Episode) -> dspy.Prediction:
@@ -146,6 +157,17 @@ class SemanticDistillation(dspy.Module):
             self.apply(user_id, episode, insight, plan)
         LEDGER.count("insights", len(found))
         return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
+
+
+def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:
+    """Delete ``targets`` from ``plan``, logging each with the entry that replaces it (``consolidation.deleted``)."""
+    if not targets:
+        return
+    plan.remove([t.id for t in targets])
+    LEDGER.count("consolidation.deleted", len(targets))
+    for t in targets:
+        log.info("consolidation %s deletes %s %r, replaced by %s %r", action, t.id, t.text, replacement.id,
+                 replacement.text)
 
 
 def _ints(raw: object) -> list[int]:

@@ -154,3 +154,76 @@ def test_direct_distillation_skips_prediction(tmp_path):
         SemanticDistillation(Resources(store, TableEmbedder({}), s), stage_factory(s))(
             user_id="u", episode=_episode(_unit(0)))
     assert "DistillDirect" in lm.calls and "AnticipateEpisode" not in lm.calls
+
+
+# --- consolidation_min_similarity: dissimilar entries never reach P_con, so P_con can never delete them
+
+def _bob_vs_alice(tmp_path, reply: str, **settings):
+    """Store 'Alice lives in Paris.' (cosine 0.06 to the insight) and 'Bob moved house.' (cosine 0.87); the
+    episode yields 'Bob lives in Berlin.' and P_con answers ``reply``. Returns (live texts, lm)."""
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Bob moved house.": _unit(np.rad2deg(np.arccos(0.87))),
+                  "Alice lives in Paris.": _unit(np.rad2deg(np.arccos(0.06)))})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=["Bob lives in Berlin."])
+    responders["ConsolidateKnowledge"] = lambda i: reply
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({"Bob lives in Berlin.": _unit(0)}), None, **settings)(
+            user_id="u", episode=_episode(_unit(0)))
+    store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
+    return {e.text for e in store.list_semantic("u")}, lm
+
+
+def test_conflict_naming_an_entry_below_the_similarity_floor_deletes_nothing(tmp_path):
+    # with the floor only [1] 'Bob moved house.' is a candidate: target 2 (Alice without the floor) is out of range
+    live, lm = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""))
+    assert live == {"Bob moved house.", "Alice lives in Paris.", "Bob lives in Berlin."}
+    shown = [inp["existing_entries"] for name, inp in lm.prompts if name == "ConsolidateKnowledge"]
+    assert shown == ["[1] Bob moved house."]
+    assert "consolidation.deleted" not in LEDGER.counters
+
+
+def test_without_the_floor_p_con_sees_and_can_delete_an_unrelated_entry(tmp_path):
+    """``consolidation_min_similarity=None`` is the paper's behaviour: the top K_m whatever their cosine."""
+    live, _ = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""),
+                            consolidation_min_similarity=None)
+    assert "Alice lives in Paris." not in live
+
+
+def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Alice lives in Paris.": _unit(np.rad2deg(np.arccos(0.06))),
+                  "Melanie paints.": _unit(np.rad2deg(np.arccos(0.49)))})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=["Bob lives in Berlin."])
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="conflict", targets=[1, 2], merged_text="")
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({"Bob lives in Berlin.": _unit(0)}), None)(
+            user_id="u", episode=_episode(_unit(0)))
+    assert "ConsolidateKnowledge" not in lm.calls
+    assert [e.text for e in pred.inserts] == ["Bob lives in Berlin."] and pred.deletes == []
+    assert LEDGER.counters["consolidation.new"] == 1
+
+
+def test_a_lower_floor_lets_the_entry_through(tmp_path):
+    live, lm = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""),
+                             consolidation_min_similarity=0.05)
+    assert "Alice lives in Paris." not in live
+
+
+def test_every_deletion_is_logged_with_both_texts_and_counted(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="nemori_dspy.modules.semantic"):
+        live, _ = _bob_vs_alice(tmp_path, chat_reply(action="merge", targets=[1],
+                                                     merged_text="Bob moved house to Berlin."))
+    assert "Bob moved house." not in live and "Bob moved house to Berlin." in live
+    assert LEDGER.counters["consolidation.deleted"] == 1
+    line = [r.getMessage() for r in caplog.records if "deletes" in r.getMessage()]
+    assert len(line) == 1 and "'Bob moved house.'" in line[0] and "'Bob moved house to Berlin.'" in line[0]
+
+
+def test_similarity_floor_accepts_off_words():
+    assert NemoriSettings(consolidation_min_similarity="off").consolidation_min_similarity is None
+    with pytest.raises(ValueError):
+        NemoriSettings(consolidation_min_similarity=1.5)
