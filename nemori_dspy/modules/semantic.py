@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,7 +20,7 @@ from ..types import Episode, SemanticEntry
 from ..usage import LEDGER
 from .resources import Resources
 
-__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE"]
+__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "normalise_fact"]
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +32,34 @@ def _entry_id(user_id: str, episode_id: str, text: str) -> str:
     return "sem_" + hashlib.sha256(f"{user_id}\x1f{episode_id}\x1f{text}".encode()).hexdigest()[:16]
 
 
+_TRAILING = re.compile(r"[\s.!?;:,…]+$")
+
+
+def normalise_fact(text: str) -> str:
+    """The comparison key of a fact: case-folded, whitespace collapsed, trailing punctuation dropped.
+
+    ``"Caroline  likes dogs."`` and ``"caroline likes dogs"`` share the key ``"caroline likes dogs"``.
+    """
+    return _TRAILING.sub("", " ".join(text.split())).casefold()
+
+
 @dataclass
 class Consolidation:
     """The pending semantic changes of one episode: entries to insert and stored ids to delete.
 
-    Keeps a local overlay so later insights of the same episode see earlier ones.
+    Keeps a local overlay so later insights of the same episode see earlier ones. ``stored`` maps
+    the ids of the user's live stored entries to their ``normalise_fact`` keys (for exact duplicates).
     """
 
     inserts: list[SemanticEntry] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
+    stored: dict[str, str] = field(default_factory=dict)
+
+    def holds(self, text: str) -> bool:
+        """True if a live entry (stored and not deleted, or pending) states ``text`` up to ``normalise_fact``."""
+        key = normalise_fact(text)
+        return (any(normalise_fact(e.text) == key for e in self.inserts)
+                or any(k == key and i not in self.deletes for i, k in self.stored.items()))
 
     def remove(self, ids: list[str]) -> None:
         """Delete entries: a pending insert is dropped, a stored one is scheduled for deletion."""
@@ -53,7 +73,7 @@ def _clean_insights(raw: object) -> list[str]:
     out: list[str] = []
     for x in items:
         t = str(x).strip().lstrip("-•* ").strip()
-        if t and t not in out:
+        if t and normalise_fact(t) and normalise_fact(t) not in {normalise_fact(o) for o in out}:
             out.append(t)
     return out
 
@@ -120,8 +140,13 @@ class SemanticDistillation(dspy.Module):
         Only candidates at or above ``consolidation_min_similarity`` are shown to P_con, and a merge or
         conflict can only name those, so a dissimilar entry is never deleted; with no candidate the
         insight is inserted as new without an LLM call. Every deletion is logged (INFO) with both texts
-        and counted as ``consolidation.deleted``.
+        and counted as ``consolidation.deleted``. An exact duplicate (``normalise_fact``) of a live entry is
+        skipped without an embedding or LLM call (``insight_duplicates_skipped``).
         """
+        if plan.holds(insight):
+            LEDGER.count("insight_duplicates_skipped")
+            log.debug("insight %r is already in memory; skipped", insight)
+            return
         vec = self.res.embed(insight)
         new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
                                   vector=vec, source_episode_ids=[episode.id])
@@ -152,7 +177,7 @@ class SemanticDistillation(dspy.Module):
 
     def forward(self, user_id: str, episode: Episode) -> dspy.Prediction:
         found, evoked = self.insights(user_id, episode)
-        plan = Consolidation()
+        plan = Consolidation(stored={e.id: normalise_fact(e.text) for e in self.res.store.list_semantic(user_id)})
         for insight in found:
             self.apply(user_id, episode, insight, plan)
         LEDGER.count("insights", len(found))

@@ -227,3 +227,45 @@ def test_similarity_floor_accepts_off_words():
     assert NemoriSettings(consolidation_min_similarity="off").consolidation_min_similarity is None
     with pytest.raises(ValueError):
         NemoriSettings(consolidation_min_similarity=1.5)
+
+
+# --- exact duplicates (case, whitespace, trailing punctuation) are not stored twice and cost no P_con call
+
+def test_an_insight_already_stored_is_skipped_without_p_con(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Caroline  likes dogs.": _unit(10)})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(
+        insights=["caroline likes dogs", "Caroline adopted Rex.", "Caroline adopted Rex!"])
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None, consolidation_min_similarity=None)(
+            user_id="u", episode=_episode(_unit(0)))
+    assert [e.text for e in pred.inserts] == ["Caroline adopted Rex."] and pred.deletes == []
+    assert lm.calls.get("ConsolidateKnowledge", 0) == 1  # only for the one new insight
+    assert LEDGER.counters["insight_duplicates_skipped"] == 1
+
+
+def test_an_insight_equal_to_one_pending_in_the_same_episode_is_skipped(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    plan_texts = ["Bob lives in Berlin.", "Bob moved to Berlin in 2022.", "bob has lived in berlin since 2022"]
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=plan_texts)
+    # P_con merges the second insight into the first; the third then repeats the pending merged entry
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="merge", targets=[1],
+                                                              merged_text="Bob has lived in Berlin since 2022.")
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(_unit(0)))
+    assert [e.text for e in pred.inserts] == ["Bob has lived in Berlin since 2022."]
+    assert LEDGER.counters["insight_duplicates_skipped"] == 1 and lm.calls["ConsolidateKnowledge"] == 1
+
+
+def test_a_deleted_entry_does_not_count_as_a_duplicate():
+    from nemori_dspy.modules.semantic import Consolidation
+
+    plan = Consolidation(stored={"s0": "bob lives in berlin"})
+    assert plan.holds("Bob lives in Berlin.")
+    plan.remove(["s0"])
+    assert not plan.holds("Bob lives in Berlin.")
