@@ -124,6 +124,9 @@ class NemoriSettings(BaseSettings):
     resolve_relative_dates: bool = Field(default=True, description="write the absolute date next to 'last week', "
                                          "'yesterday', … (from the message timestamp) in messages shown to P_nar, "
                                          "P_dis and P_ans, so small models need not do date arithmetic (§3.2.2)")
+    naive_timezone: str = Field(default="UTC", description="time zone in which timestamps without a UTC offset "
+                                "are read when they are ordered or subtracted (naive and offset-carrying messages "
+                                "of one user can then be mixed); prompts still show each message's own clock time")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
@@ -139,6 +142,18 @@ class NemoriSettings(BaseSettings):
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""
         if isinstance(v, str) and v.strip().lower() in {"", "null", "none", "off"}:
             return None
+        return v
+
+    @field_validator("naive_timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        from .errors import InvalidInputError
+        from .types import zone
+
+        try:
+            zone(v)
+        except InvalidInputError as exc:
+            raise ValueError(f"{exc.problem}; {exc.fix}") from None
         return v
 
     @field_validator("weaviate_url")

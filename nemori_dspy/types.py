@@ -8,8 +8,10 @@ what a real store needs on top.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
+from functools import lru_cache
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil import parser as date_parser
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -28,6 +30,8 @@ __all__ = [
     "Usage",
     "parse_timestamp",
     "utcnow",
+    "instant",
+    "zone",
 ]
 
 
@@ -36,10 +40,42 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@lru_cache(maxsize=64)
+def zone(name: str) -> tzinfo:
+    """The time zone an IANA name such as ``"Europe/Berlin"`` or ``"UTC"`` denotes.
+
+    Raises:
+        InvalidInputError: the name is not a known zone (field ``naive_timezone``).
+    """
+    if name.strip().upper() in ("UTC", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidInputError("naive_timezone", f"{name!r} is not a known time zone",
+                                "use an IANA name such as 'UTC', 'Europe/Berlin' or 'Asia/Shanghai'") from exc
+
+
+def instant(ts: datetime, naive_timezone: str = "UTC") -> datetime:
+    """The moment ``ts`` denotes, as an aware UTC datetime: the one key for ordering and gap arithmetic.
+
+    A naive ``ts`` is read as clock time in ``naive_timezone`` (the ``naive_timezone`` setting); an aware
+    one keeps its offset. Messages keep their own timestamps for display; only comparisons use this, so
+    naive and offset-carrying timestamps of one user can be sorted and subtracted together.
+
+    Raises:
+        InvalidInputError: ``naive_timezone`` is not a known zone.
+    """
+    if ts.tzinfo is None or ts.tzinfo.utcoffset(ts) is None:
+        ts = ts.replace(tzinfo=zone(naive_timezone))
+    return ts.astimezone(timezone.utc)
+
+
 def parse_timestamp(value: Any, field: str = "timestamp") -> datetime:
     """Parse a datetime, ISO string or LoCoMo-style date string ("1:56 pm on 8 May, 2023").
 
-    Naive datetimes are kept naive (conversation-local time, as LoCoMo gives them).
+    Naive datetimes are kept naive (conversation-local time, as LoCoMo gives them); compare timestamps
+    through ``instant``, which reads naive ones in the ``naive_timezone`` setting.
 
     Raises:
         InvalidInputError: the value is empty or cannot be parsed; names ``field``.

@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, instant
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
@@ -74,12 +74,15 @@ class SQLiteStore:
     Args:
         path: database file (created with parents); ``":memory:"`` is not supported (use a tmp file).
         busy_timeout_ms: how long a writer waits for a lock before ``StoreError`` (default 30 s).
+        naive_timezone: zone naive timestamps are read in when episodes are ordered by time (the
+            ``naive_timezone`` setting; ``open_store`` passes it).
     Raises:
         StoreError: the file exists with a newer schema version.
     """
 
-    def __init__(self, path: str | Path, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: str | Path, busy_timeout_ms: int = 30_000, *, naive_timezone: str = "UTC") -> None:
         self.path = Path(path)
+        self.naive_timezone = naive_timezone
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._busy = busy_timeout_ms
         self._local = threading.local()
@@ -252,10 +255,11 @@ class SQLiteStore:
         return self._episode(user_id, row)
 
     def list_episodes(self, user_id: str) -> list[Episode]:
-        """All live episodes, by start time then id, with raw messages."""
-        rows = self._conn().execute(f"SELECT {self._EP_COLS} FROM episodes WHERE user_id=? AND live=1 "
-                                    "ORDER BY start_ts, id", (user_id,)).fetchall()
-        return [self._episode(user_id, r) for r in rows]
+        """All live episodes, by start time (``types.instant``) then id, with raw messages."""
+        rows = self._conn().execute(f"SELECT {self._EP_COLS} FROM episodes WHERE user_id=? AND live=1",
+                                    (user_id,)).fetchall()
+        eps = [self._episode(user_id, r) for r in rows]
+        return sorted(eps, key=lambda e: (instant(e.start, self.naive_timezone), e.id))
 
     def delete_episode(self, user_id: str, episode_id: str) -> None:
         """Delete one live episode (its messages stay processed). Raises ``NotFoundError``."""
@@ -269,8 +273,9 @@ class SQLiteStore:
     def episodes_to_distill(self, user_id: str) -> list[Episode]:
         """Live, not-yet-distilled episodes, in window then start order."""
         rows = self._conn().execute(f"SELECT {self._EP_COLS} FROM episodes WHERE user_id=? AND live=1 AND "
-                                    "distilled=0 ORDER BY window, start_ts, id", (user_id,)).fetchall()
-        return [self._episode(user_id, r) for r in rows]
+                                    "distilled=0", (user_id,)).fetchall()
+        eps = [self._episode(user_id, r) for r in rows]
+        return sorted(eps, key=lambda e: (e.window, instant(e.start, self.naive_timezone), e.id))
 
     # ------------------------------------------------------------------ search
     def _generation(self, user_id: str) -> int:

@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, instant
 from .sqlite import message_key
 
 __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
@@ -224,6 +224,7 @@ class WeaviateStore:
         api_key: optional Weaviate API key.
         timeout_s: per-request timeout for queries and writes.
         init_timeout_s: timeout of the connection checks at start-up.
+        naive_timezone: zone naive timestamps are read in when episodes are ordered by time.
     Raises:
         ConfigError: weaviate-client is not installed (names ``pip install 'nemori-dspy[weaviate]'``),
             or ``url``/``prefix`` is malformed.
@@ -232,8 +233,10 @@ class WeaviateStore:
     """
 
     def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, *, grpc_port: int = 50051,
-                 api_key: str | None = None, timeout_s: float = 30.0, init_timeout_s: float = 5.0) -> None:
+                 api_key: str | None = None, timeout_s: float = 30.0, init_timeout_s: float = 5.0,
+                 naive_timezone: str = "UTC") -> None:
         self.url = url
+        self.naive_timezone = naive_timezone
         self.prefix = prefix
         self._names = collection_names(prefix)
         host, port, secure = _parse_url(url)
@@ -623,7 +626,7 @@ class WeaviateStore:
         if user is None:
             return []
         eps = self._episodes(user, self._scan_live(user, "episode"))
-        return sorted(eps, key=lambda e: (e.start.isoformat(), e.id))
+        return sorted(eps, key=lambda e: (instant(e.start, self.naive_timezone), e.id))
 
     @_guarded
     def delete_episode(self, user_id: str, episode_id: str) -> None:
@@ -652,7 +655,7 @@ class WeaviateStore:
             return []
         n = user.committed
         eps = self._episodes(user, self._scan_live(user, "episode", lambda p: int(p["distilled_step"]) > n))
-        return sorted(eps, key=lambda e: (e.window, e.start.isoformat(), e.id))
+        return sorted(eps, key=lambda e: (e.window, instant(e.start, self.naive_timezone), e.id))
 
     # ------------------------------------------------------------------ search
     def _nearest(self, coll: Any, vector: Sequence[float], top_k: int, filters: Any) -> list[tuple[Any, float]]:

@@ -471,3 +471,24 @@ def test_data_persists_across_reopen(backend: Backend, store, new_user):
     hits = again.search_semantic(u, Q, top_k=5)
     assert ids(hits) == ["s1"] and math.isclose(hits[0].score, 0.8, abs_tol=1e-5)
     assert again.add_messages(u, [msg(1), msg(2), msg(3)]) == []  # idempotency survives reopen
+
+
+# --------------------------------------------------------------------------- mixed timestamp kinds
+def test_naive_and_offset_timestamps_round_trip_and_order_by_instant(store, new_user):
+    """A naive and an offset-carrying timestamp keep their own clock time and order by the moment they
+    denote (naive read as UTC by default): 23:30+08:00 (15:30 UTC) comes before a naive 20:00."""
+    u = new_user()
+    aware = datetime.fromisoformat("2023-05-24T23:30:00+08:00")
+    naive = datetime(2023, 5, 24, 20, 0)
+    store.add_messages(u, [Message(speaker="Alice", content="late in Shanghai", timestamp=aware, id="a"),
+                           Message(speaker="Bob", content="evening, naive", timestamp=naive, id="n")])
+    assert [m.timestamp for m in store.get_messages(u, ["a", "n"])] == [aware, naive]
+    eps = [Episode(id=eid, user_id=u, cue=eid, narrative=eid, message_ids=[mid], start=ts, end=ts,
+                   vector=[1.0, 0.0, 0.0], window=0) for eid, mid, ts in (("e-naive", "n", naive),
+                                                                          ("e-aware", "a", aware))]
+    store.commit_window(u, store.next_window(u), eps, [])
+    listed = store.list_episodes(u)
+    assert [e.id for e in listed] == ["e-aware", "e-naive"]
+    assert listed[0].start == aware and listed[0].start.utcoffset() == timedelta(hours=8)
+    assert listed[1].start.tzinfo is None
+    assert [e.id for e in store.episodes_to_distill(u)] == ["e-aware", "e-naive"]
