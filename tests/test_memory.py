@@ -357,3 +357,60 @@ def test_asyncio_ingestion_many_users_each_sees_only_their_own(db: Path):
 
 async def _flush_both(mem: Memory):
     return await asyncio.gather(mem.aflush("user0"), mem.aflush("user1"))
+
+
+# --------------------------------------------------------------------------- litellm embedder, dimension unknown
+def _fake_litellm_embedding(dim: int):
+    """A stand-in for ``litellm.embedding`` returning ``dim``-d vectors derived from each text."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    def embedding(input, **_kw):  # noqa: A002 - litellm's parameter name
+        rows = [np.random.default_rng(sum(map(ord, t))).normal(size=dim).tolist() for t in input]
+        return SimpleNamespace(data=[{"index": i, "embedding": r} for i, r in enumerate(rows)],
+                               usage={"prompt_tokens": 1})
+
+    return embedding
+
+
+def test_a_store_made_with_a_litellm_embedder_reopens(db: Path, lm, monkeypatch):
+    import litellm
+
+    from nemori_dspy.embedders import LiteLLMEmbedder
+    from nemori_dspy.errors import EmbedderMismatchError
+
+    monkeypatch.setattr(litellm, "embedding", _fake_litellm_embedding(8))
+    store = SQLiteStore(db)
+    mem = Memory(store, LiteLLMEmbedder("openai/fake-embed"), NemoriSettings(window_size=4))
+    mem.add_messages("u", exchange(4))
+    assert mem.list_episodes("u")
+    store.close()
+    reopened = SQLiteStore(db)
+    again = Memory(reopened, LiteLLMEmbedder("openai/fake-embed"), NemoriSettings(window_size=4))
+    assert again.search("u", "puppy").episodes  # its vectors are comparable with the stored ones
+    with pytest.raises(EmbedderMismatchError):
+        Memory(reopened, LiteLLMEmbedder("openai/other-embed"), NemoriSettings())
+    with pytest.raises(EmbedderMismatchError):
+        Memory(reopened, LiteLLMEmbedder("openai/fake-embed", dimensions=16), NemoriSettings())
+    with pytest.raises(EmbedderMismatchError):
+        Memory(reopened, HashingEmbedder(8), NemoriSettings())
+    reopened.close()
+
+
+def test_a_store_that_recorded_dimension_none_opens_and_learns_it(db: Path, lm, monkeypatch):
+    """Stores written before the fix recorded the dimension as the text 'None'."""
+    import sqlite3
+
+    import litellm
+
+    from nemori_dspy.embedders import LiteLLMEmbedder
+
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as c:
+        c.execute("INSERT INTO meta VALUES ('embedder', 'openai/fake-embed'), ('dim', 'None')")
+    monkeypatch.setattr(litellm, "embedding", _fake_litellm_embedding(8))
+    mem = Memory(SQLiteStore(db), LiteLLMEmbedder("openai/fake-embed"), NemoriSettings(window_size=4))
+    mem.add_messages("u", exchange(4))
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT value FROM meta WHERE key='dim'").fetchone() == ("8",)

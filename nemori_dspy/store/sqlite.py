@@ -55,6 +55,11 @@ def message_key(m: Message) -> str:
     return "h" + hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+def _known_dim(value: str | None) -> int | None:
+    """A recorded dimension, or None when unknown (missing, empty, or the 'None' older versions wrote)."""
+    return int(value) if value and value.strip().isdigit() and int(value) > 0 else None
+
+
 def _unit(vector: Sequence[float]) -> np.ndarray:
     v = np.asarray(vector, dtype=np.float32)
     n = float(np.linalg.norm(v))
@@ -139,18 +144,42 @@ class SQLiteStore:
             self._local.conn = None
 
     # ------------------------------------------------------------------ embedder
-    def check_embedder(self, name: str, dim: int) -> None:
-        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs."""
+    def check_embedder(self, name: str, dim: int | None) -> None:
+        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs later.
+
+        ``dim`` may be None (a litellm embedder learns it from its first reply): the name is recorded now
+        and the dimension from the first stored vector (or the first check that knows it); a later
+        known dimension must then match.
+        """
         with self._tx() as c:
             rows = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('embedder','dim')").fetchall())
-            if not rows:
-                c.execute("INSERT INTO meta VALUES ('embedder', ?), ('dim', ?)", (name, str(dim)))
+            if not rows.get("embedder"):
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('embedder', ?)", (name,))
+                rows["embedder"] = name
+            known = _known_dim(rows.get("dim"))
+            if rows["embedder"] == name and known is None and dim is not None:
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
                 return
-        if rows.get("embedder") != name or int(rows.get("dim", -1)) != dim:
+        if rows["embedder"] != name or (dim is not None and known is not None and known != dim):
             raise EmbedderMismatchError(
-                f"{self.path} was built with embedder {rows.get('embedder')!r} ({rows.get('dim')}-d) but is "
-                f"opened with {name!r} ({dim}-d). Fix: configure the original embedder, or use a new db_path "
-                f"and re-ingest (vectors of different models are not comparable).")
+                f"{self.path} was built with embedder {rows['embedder']!r} ({known or 'unknown'}-d) but is "
+                f"opened with {name!r} ({dim or 'unknown'}-d). Fix: configure the original embedder, or use a "
+                f"new db_path and re-ingest (vectors of different models are not comparable).")
+
+    def _settle_dim(self, c: sqlite3.Connection, vectors: Sequence[Sequence[float]]) -> None:
+        """Record the dimension of the first stored vectors if the embedder's was unknown; refuse other sizes."""
+        if not vectors:
+            return
+        rows = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('embedder','dim')").fetchall())
+        known = _known_dim(rows.get("dim"))
+        if known is None and rows.get("embedder"):
+            known = len(vectors[0])
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(known),))
+        bad = sorted({len(v) for v in vectors} - {known}) if known is not None else []
+        if bad:
+            raise EmbedderMismatchError(
+                f"{self.path} holds {known}-d vectors of embedder {rows.get('embedder')!r}; got {bad[0]}-d ones. "
+                "Fix: configure the original embedder (same model and dimensions), or use a new db_path.")
 
     # ------------------------------------------------------------------ messages
     def add_messages(self, user_id: str, messages: Sequence[Message]) -> list[StoredMessage]:
@@ -231,6 +260,7 @@ class SQLiteStore:
             if window != expected:
                 raise StoreError(f"window {window} of user {user_id!r} is stale (next is {expected}); "
                                  "Fix: re-read pending messages and recompute the window.")
+            self._settle_dim(c, [ep.vector for ep in episodes if ep.vector])
             for eid in superseded:
                 c.execute("UPDATE episodes SET live=0 WHERE user_id=? AND id=?", (user_id, eid))
             for ep in episodes:
@@ -348,6 +378,7 @@ class SQLiteStore:
         """Atomically supersede ``deletes``, insert ``inserts`` and mark the episode distilled."""
         with self._tx() as c:
             self._ensure_user(c, user_id)
+            self._settle_dim(c, [e.vector for e in inserts if e.vector])
             for sid in deletes:
                 c.execute("UPDATE semantic SET live=0 WHERE user_id=? AND id=?", (user_id, sid))
             for e in inserts:

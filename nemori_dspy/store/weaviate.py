@@ -237,6 +237,7 @@ class WeaviateStore:
                  naive_timezone: str = "UTC") -> None:
         self.url = url
         self.naive_timezone = naive_timezone
+        self._dim_settled = False
         self.prefix = prefix
         self._names = collection_names(prefix)
         host, port, secure = _parse_url(url)
@@ -444,18 +445,35 @@ class WeaviateStore:
 
     # ------------------------------------------------------------------ embedder
     @_guarded
-    def check_embedder(self, name: str, dim: int) -> None:
-        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs."""
+    def check_embedder(self, name: str, dim: int | None) -> None:
+        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs later.
+
+        ``dim`` may be None (a litellm embedder learns it from its first reply): it is recorded as 0
+        (unknown) and filled in from the first stored vector or the first check that knows it.
+        """
         cfg = self._config() or {}
         if not cfg.get("embedder"):
-            self._cols["meta"].data.update(uuid=_uid("config"), properties={"embedder": name, "dim": int(dim)})
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"embedder": name, "dim": int(dim or 0)})
             return
-        if cfg["embedder"] != name or int(cfg.get("dim") or -1) != dim:
+        known = int(cfg.get("dim") or 0) or None
+        if cfg["embedder"] == name and known is None and dim is not None:
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"dim": int(dim)})
+            return
+        if cfg["embedder"] != name or (dim is not None and known is not None and known != dim):
             raise EmbedderMismatchError(
                 f"Weaviate collections '{self._names['meta'][:-4]}*' at {self.url} were built with embedder "
-                f"{cfg['embedder']!r} ({cfg.get('dim')}-d) but are opened with {name!r} ({dim}-d). Fix: configure "
-                "the original embedder, or use another collection prefix and re-ingest (vectors of different "
-                "models are not comparable).")
+                f"{cfg['embedder']!r} ({known or 'unknown'}-d) but are opened with {name!r} ({dim or 'unknown'}-d). "
+                "Fix: configure the original embedder, or use another collection prefix and re-ingest (vectors "
+                "of different models are not comparable).")
+
+    def _settle_dim(self, vectors: Sequence[Sequence[float]]) -> None:
+        """Record the dimension of the first stored vectors if the embedder's was unknown (read once)."""
+        if not vectors or self._dim_settled:
+            return
+        cfg = self._config() or {}
+        if cfg.get("embedder") and not int(cfg.get("dim") or 0):
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"dim": len(vectors[0])})
+        self._dim_settled = bool(cfg.get("embedder"))
 
     # ------------------------------------------------------------------ messages
     @_guarded
@@ -569,6 +587,7 @@ class WeaviateStore:
             raise StoreError(f"window {window} of user {user_id!r} is stale (next is {expected}); "
                              "Fix: re-read pending messages and recompute the window.")
         user = self._writable_user(user_id)
+        self._settle_dim([ep.vector for ep in episodes if ep.vector])
         k = user.committed + 1
         unique = list({ep.id: ep for ep in episodes}.values())  # a repeated id: the last one wins, as in SQLite
         new = [self._episode_object(user_id, ep, k) for ep in unique]
@@ -719,6 +738,7 @@ class WeaviateStore:
                             deletes: Sequence[str]) -> None:
         """Atomically (one step) supersede ``deletes``, insert ``inserts`` and mark the episode distilled."""
         user = self._writable_user(user_id)
+        self._settle_dim([e.vector for e in inserts if e.vector])
         k = user.committed + 1
         unique = list({e.id: e for e in inserts}.values())  # a repeated id: the last one wins, as in SQLite
         new = [self._entry_object(user_id, e, k) for e in unique]

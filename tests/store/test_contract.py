@@ -492,3 +492,23 @@ def test_naive_and_offset_timestamps_round_trip_and_order_by_instant(store, new_
     assert listed[0].start == aware and listed[0].start.utcoffset() == timedelta(hours=8)
     assert listed[1].start.tzinfo is None
     assert [e.id for e in store.episodes_to_distill(u)] == ["e-aware", "e-naive"]
+
+
+def test_an_embedder_of_unknown_dimension_is_recorded_from_the_first_vectors(backend: Backend, store, new_user):
+    """A litellm embedder knows its dimension only after its first reply: the store records the name at
+    once and the dimension from the first stored vectors; reopening with it (still unknown) opens, a
+    known other dimension or another name is refused."""
+    if not backend.fresh_namespace:
+        pytest.skip(f"{backend.name}: cannot open an isolated empty store")
+    u = new_user()
+    store.check_embedder("openai/text-embedding-3-small", None)
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_NEAR)], [])
+    store.close()
+    again = backend.reopen()
+    again.check_embedder("openai/text-embedding-3-small", None)
+    again.check_embedder("openai/text-embedding-3-small", len(E_NEAR))
+    with pytest.raises(EmbedderMismatchError):
+        again.check_embedder("openai/text-embedding-3-small", len(E_NEAR) + 1)
+    with pytest.raises(EmbedderMismatchError):
+        again.check_embedder("all-MiniLM-L6-v2", None)
