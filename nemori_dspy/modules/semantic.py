@@ -16,7 +16,8 @@ import dspy
 import numpy as np
 
 from ..formatting import render_entries, render_messages
-from ..types import Episode, SemanticEntry
+from ..noise import is_noise_insight, strip_noise
+from ..types import Episode, SemanticEntry, StoredMessage
 from ..usage import LEDGER
 from .resources import Resources
 
@@ -69,12 +70,30 @@ class Consolidation:
 
 
 def _clean_insights(raw: object) -> list[str]:
-    items = raw if isinstance(raw, list) else [raw]
+    """Insights as distinct, non-empty strings (bullets stripped); None or [] → []; noise dropped."""
+    items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
     out: list[str] = []
     for x in items:
-        t = str(x).strip().lstrip("-•* ").strip()
-        if t and normalise_fact(t) and normalise_fact(t) not in {normalise_fact(o) for o in out}:
-            out.append(t)
+        t = str(x).strip().lstrip("-•* ").strip() if x is not None else ""
+        if not t or not normalise_fact(t) or normalise_fact(t) in {normalise_fact(o) for o in out}:
+            continue
+        if is_noise_insight(t):
+            LEDGER.count("noise_insights_dropped")
+            log.info("insight dropped as machine noise: %r", t[:200])
+            continue
+        out.append(t)
+    return out
+
+
+def _human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
+    """Messages with machine noise removed from their content; those left empty are dropped (counted)."""
+    out = []
+    for m in messages:
+        text = strip_noise(m.content)
+        if not text:
+            LEDGER.count("noise_messages_skipped")
+            continue
+        out.append(m if text == m.content else m.model_copy(update={"content": text}))
     return out
 
 
@@ -107,9 +126,17 @@ class SemanticDistillation(dspy.Module):
         return [h.entry.text for h in hits]
 
     def insights(self, user_id: str, episode: Episode) -> tuple[list[str], list[str]]:
-        """K_in: prediction-error insights (§3.3.2), or direct ones for Nemori-s. Returns (insights, evoked)."""
+        """K_in: prediction-error insights (§3.3.2), or direct ones for Nemori-s. Returns (insights, evoked).
+
+        The distiller sees the episode's messages without machine noise (``noise.strip_noise``); an
+        episode of noise only is not distilled (no LLM call), and insights quoting noise are dropped.
+        """
         s = self.res.settings
-        msgs = render_messages(episode.messages, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+        content = _human_messages(episode.messages)
+        if not content:
+            LEDGER.count("distill_skipped_noise_only")
+            return [], []
+        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         if self.res.settings.distillation == "direct":
             return _clean_insights(self.direct_distill(episode_messages=msgs).insights), []
         evoked = self.evoke(user_id, episode)

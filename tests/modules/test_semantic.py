@@ -269,3 +269,48 @@ def test_a_deleted_entry_does_not_count_as_a_duplicate():
     assert plan.holds("Bob lives in Berlin.")
     plan.remove(["s0"])
     assert not plan.holds("Bob lives in Berlin.")
+
+
+# --- machine noise: never sent to P_dis as content, never stored as a fact
+
+TB = 'Traceback (most recent call last):\n  File "/app/run.py", line 3, in <module>\n    go()\nValueError: bad row'
+
+
+def _noisy_episode(contents: list[str]) -> Episode:
+    ts = datetime(2023, 5, 8, 13, 0)
+    msgs = [StoredMessage(user_id="u", id=f"D1:{i}", seq=i, speaker="agent" if "ok" in c or "Trace" in c else "Caroline",
+                          content=c, timestamp=ts) for i, c in enumerate(contents, 1)]
+    return Episode(id="ep_noisy", user_id="u", cue="Caroline and the worker", narrative="n",
+                   message_ids=[m.id for m in msgs], messages=msgs, start=ts, end=ts, vector=_unit(0))
+
+
+def _distill_noisy(tmp_path, contents, insights):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=insights)
+    lm = ScriptedLM(responders)
+    ep = _noisy_episode(contents)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=ep)
+    return pred, lm, ep
+
+
+def test_tracebacks_and_heartbeats_are_not_sent_to_the_distiller(tmp_path):
+    pred, lm, ep = _distill_noisy(tmp_path, [TB, "[heartbeat] ok", "I adopted a dog named Rex!"],
+                                  ["Caroline adopted a dog named Rex.", "ValueError: bad row"])
+    sent = [inp["episode_messages"] for name, inp in lm.prompts if name == "DistillPredictionError"][0]
+    assert "Rex" in sent and "Traceback" not in sent and "heartbeat" not in sent
+    assert [e.text for e in pred.inserts] == ["Caroline adopted a dog named Rex."]  # the quoted error is dropped
+    assert ep.messages[0].content == TB  # the raw messages stay as they were
+    assert LEDGER.counters["noise_messages_skipped"] == 2 and LEDGER.counters["noise_insights_dropped"] == 1
+
+
+def test_an_episode_of_noise_only_is_not_distilled(tmp_path):
+    pred, lm, _ = _distill_noisy(tmp_path, [TB, "HEARTBEAT seq=7"], ["The worker failed."])
+    assert pred.inserts == [] and pred.deletes == [] and lm.calls == {}
+
+
+def test_an_empty_insight_list_parses_and_stores_nothing(tmp_path):
+    pred, lm, _ = _distill_noisy(tmp_path, ["We just said hello."], [])
+    assert pred.inserts == [] and pred.insights == [] and LEDGER.counters.get("retries", 0) == 0
