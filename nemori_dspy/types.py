@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone, tzinfo
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil import parser as date_parser
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import InvalidInputError
 
@@ -32,6 +32,7 @@ __all__ = [
     "utcnow",
     "instant",
     "zone",
+    "span_union",
 ]
 
 
@@ -69,6 +70,21 @@ def instant(ts: datetime, naive_timezone: str = "UTC") -> datetime:
     if ts.tzinfo is None or ts.tzinfo.utcoffset(ts) is None:
         ts = ts.replace(tzinfo=zone(naive_timezone))
     return ts.astimezone(timezone.utc)
+
+
+def span_union(spans: Iterable[tuple[datetime | None, datetime | None]],
+               naive_timezone: str = "UTC") -> tuple[datetime | None, datetime | None]:
+    """The smallest span covering all given ``(start, end)`` spans: (earliest start, latest end).
+
+    Compared through ``instant`` (naive read in ``naive_timezone``); the winning timestamps are
+    returned as given (naive stays naive). Spans with a None bound are skipped; none left → (None, None).
+    """
+    known = [(s, e) for s, e in spans if s is not None and e is not None]
+    if not known:
+        return None, None
+    start = min((s for s, _ in known), key=lambda t: instant(t, naive_timezone))
+    end = max((e for _, e in known), key=lambda t: instant(t, naive_timezone))
+    return start, end
 
 
 def parse_timestamp(value: Any, field: str = "timestamp") -> datetime:
@@ -168,7 +184,14 @@ class Episode(BaseModel):
 
 
 class SemanticEntry(BaseModel):
-    """A semantic memory entry (§3.3): one self-contained statement plus its vector."""
+    """A semantic memory entry (§3.3): one self-contained statement plus its vector.
+
+    Two clocks, kept apart: ``event_start``/``event_end`` span the source episodes' messages (when
+    what the fact states happened or was said, in the conversation's own timestamps, naive or aware),
+    ``created_at`` is when the entry was written (ingestion time, UTC). Prompts show only the event
+    span; an entry without one (written before event times were kept) is shown undated, never with
+    its ``created_at``. Giving one bound only sets the other to the same instant.
+    """
 
     id: str
     user_id: str
@@ -176,7 +199,17 @@ class SemanticEntry(BaseModel):
     vector: list[float] = Field(default_factory=list, repr=False)
     source_episode_ids: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
-    created_at: datetime = Field(default_factory=utcnow)
+    event_start: datetime | None = Field(default=None, description="earliest message time of the source episodes")
+    event_end: datetime | None = Field(default=None, description="latest message time of the source episodes")
+    created_at: datetime = Field(default_factory=utcnow, description="when the entry was written (not event time)")
+
+    @model_validator(mode="after")
+    def _both_bounds(self) -> "SemanticEntry":
+        if self.event_start is None:
+            self.event_start = self.event_end
+        elif self.event_end is None:
+            self.event_end = self.event_start
+        return self
 
 
 class ScoredEpisode(BaseModel):

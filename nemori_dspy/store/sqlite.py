@@ -25,7 +25,9 @@ from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEnt
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
-SCHEMA_VERSION = 1
+#: 1: first release; 2: semantic entries carry their event span (``event_start``/``event_end``, NULL for
+#: entries written before). A version-1 file is migrated in place when opened.
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,9 +44,21 @@ CREATE TABLE IF NOT EXISTS episodes (user_id TEXT NOT NULL, id TEXT NOT NULL, cu
 CREATE INDEX IF NOT EXISTS episodes_live ON episodes (user_id, live);
 CREATE TABLE IF NOT EXISTS semantic (user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
     vector BLOB NOT NULL, sources TEXT NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL,
-    live INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (user_id, id));
+    live INTEGER NOT NULL DEFAULT 1, event_start TEXT, event_end TEXT, PRIMARY KEY (user_id, id));
 CREATE INDEX IF NOT EXISTS semantic_live ON semantic (user_id, live);
 """
+
+
+#: columns added after version 1: (table, column, SQL type); added by ``_migrate`` when missing.
+_ADDED_COLUMNS = (("semantic", "event_start", "TEXT"), ("semantic", "event_end", "TEXT"))
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return None if ts is None else ts.isoformat()
+
+
+def _from_iso(text: str | None) -> datetime | None:
+    return None if not text else datetime.fromisoformat(text)
 
 
 def message_key(m: Message) -> str:
@@ -81,6 +95,8 @@ class SQLiteStore:
         busy_timeout_ms: how long a writer waits for a lock before ``StoreError`` (default 30 s).
         naive_timezone: zone naive timestamps are read in when episodes are ordered by time (the
             ``naive_timezone`` setting; ``open_store`` passes it).
+    An existing file of an older schema version is migrated in place on opening (see ``SCHEMA_VERSION``).
+
     Raises:
         StoreError: the file exists with a newer schema version.
     """
@@ -95,12 +111,21 @@ class SQLiteStore:
         self._cache_lock = threading.Lock()
         self._conn().executescript(_SCHEMA)
         row = self._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            with self._tx() as c:
-                c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema version {row[0]}, newer than this nemori-dspy "
                              f"({SCHEMA_VERSION}). Fix: upgrade nemori-dspy or use a new db_path.")
+        if row is None or int(row[0]) < SCHEMA_VERSION:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring an older file to ``SCHEMA_VERSION`` in one transaction: add missing columns (existing rows
+        read them as NULL, i.e. an entry without event time) and record the version."""
+        with self._tx() as c:
+            for table, column, kind in _ADDED_COLUMNS:
+                have = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     # ------------------------------------------------------------------ plumbing
     def _conn(self) -> sqlite3.Connection:
@@ -365,13 +390,14 @@ class SQLiteStore:
         return [ScoredSemantic(entry=self.get_semantic(user_id, i), score=s) for i, s in hits]
 
     # ------------------------------------------------------------------ semantic
-    _SEM_COLS = "id, text, vector, sources, supersedes, created_at"
+    _SEM_COLS = "id, text, vector, sources, supersedes, created_at, event_start, event_end"
 
     def _entry(self, user_id: str, row: tuple) -> SemanticEntry:
-        sid, text, vec, sources, sup, created = row
+        sid, text, vec, sources, sup, created, ev_start, ev_end = row
         return SemanticEntry(id=sid, user_id=user_id, text=text, vector=np.frombuffer(vec, dtype=np.float32).tolist(),
                              source_episode_ids=json.loads(sources), supersedes=json.loads(sup),
-                             created_at=datetime.fromisoformat(created))
+                             created_at=datetime.fromisoformat(created), event_start=_from_iso(ev_start),
+                             event_end=_from_iso(ev_end))
 
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
                             deletes: Sequence[str]) -> None:
@@ -382,9 +408,11 @@ class SQLiteStore:
             for sid in deletes:
                 c.execute("UPDATE semantic SET live=0 WHERE user_id=? AND id=?", (user_id, sid))
             for e in inserts:
-                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live) VALUES (?,?,?,?,?,?,?,1)",
+                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,1)",
                           (e.id, e.text, _unit(e.vector).tobytes(), json.dumps(e.source_episode_ids),
-                           json.dumps(e.supersedes), e.created_at.isoformat(), user_id))
+                           json.dumps(e.supersedes), e.created_at.isoformat(), _iso(e.event_start),
+                           _iso(e.event_end), user_id))
             c.execute("UPDATE episodes SET distilled=1 WHERE user_id=? AND id=?", (user_id, episode_id))
             self._bump(c, user_id)
 

@@ -63,7 +63,9 @@ from .sqlite import message_key
 __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
            "INSTALL_HINT"]
 
-SCHEMA_VERSION = 1
+#: 1: first release; 2: ``<prefix>Semantic`` has ``event_start``/``event_end`` (ISO text, "" when unknown).
+#: Opening version-1 collections adds the missing properties and records version 2.
+SCHEMA_VERSION = 2
 DEFAULT_PREFIX = "Nemori"
 INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
 _SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
@@ -162,7 +164,8 @@ _SCHEMA: dict[str, dict[str, str]] = {
                 "start_ts": "text", "end_ts": "text", "supersedes": "text", "created_at": "text",
                 "window_idx": "int", "born": "int", "died": "int", "gone": "int", "distilled_step": "int"},
     "semantic": {"user_id": "key", "eid": "key", "text": "text", "sources": "text", "supersedes": "text",
-                 "created_at": "text", "born": "int", "died": "int", "gone": "int"},
+                 "created_at": "text", "born": "int", "died": "int", "gone": "int", "event_start": "text",
+                 "event_end": "text"},
     "meta": {"kind": "key", "user_id": "key", "tenant": "key", "embedder": "text", "dim": "int",
              "schema_version": "int", "committed": "int", "pending": "int", "next_window": "int"},
 }
@@ -180,6 +183,22 @@ def _properties(w: SimpleNamespace, spec: dict[str, str]) -> list:
             out.append(w.Property(name=name, data_type=w.DataType.TEXT, index_filterable=False,
                                   index_searchable=False))
     return out
+
+
+def _missing_properties(kind: str, existing: Iterable[str]) -> dict[str, str]:
+    """Properties of ``_SCHEMA[kind]`` a collection created by an older version lacks (name → kind).
+
+    Weaviate may report names with a lower-cased first letter, so names are compared case-insensitively."""
+    have = {n.lower() for n in existing}
+    return {name: k for name, k in _SCHEMA[kind].items() if name.lower() not in have}
+
+
+def _iso(ts: datetime | None) -> str:
+    return "" if ts is None else ts.isoformat()
+
+
+def _from_iso(text: Any) -> datetime | None:
+    return datetime.fromisoformat(text) if isinstance(text, str) and text else None
 
 
 @dataclass(frozen=True)
@@ -271,8 +290,22 @@ class WeaviateStore:
         for kind, name in self._names.items():
             if not self._client.collections.exists(name):
                 self._create_collection(kind, name)
-            cols[kind] = self._client.collections.use(name)
+                cols[kind] = self._client.collections.use(name)
+            else:
+                cols[kind] = self._client.collections.use(name)
+                self._add_missing_properties(kind, cols[kind])
         return cols
+
+    def _add_missing_properties(self, kind: str, coll: Any) -> None:
+        """Schema migration: add the properties an older version's collection lacks (objects stored
+        before read them as absent, e.g. a semantic entry without event time)."""
+        existing = [p.name for p in coll.config.get().properties]
+        for name, spec in _missing_properties(kind, existing).items():
+            try:
+                coll.config.add_property(_properties(self._w, {name: spec})[0])
+            except self._w.exc.UnexpectedStatusCodeError:
+                if name.lower() not in {p.name.lower() for p in coll.config.get().properties}:
+                    raise  # not a concurrent opener that added it first
 
     def _create_collection(self, kind: str, name: str) -> None:
         w = self._w
@@ -304,6 +337,8 @@ class WeaviateStore:
             raise StoreError(f"Weaviate collections {self._names['meta']} at {self.url} have schema version "
                              f"{cfg['schema_version']}, newer than this nemori-dspy ({SCHEMA_VERSION}). Fix: upgrade "
                              "nemori-dspy or use another collection prefix.")
+        if int(cfg.get("schema_version") or 0) < SCHEMA_VERSION:  # properties were added by _ensure_collections
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"schema_version": SCHEMA_VERSION})
 
     def close(self) -> None:
         """Close the client's HTTP and gRPC connections."""
@@ -722,7 +757,7 @@ class WeaviateStore:
     def _entry_object(self, user_id: str, e: SemanticEntry, k: int) -> Any:
         props = {"user_id": user_id, "eid": e.id, "text": e.text, "sources": json.dumps(list(e.source_episode_ids)),
                  "supersedes": json.dumps(list(e.supersedes)), "created_at": e.created_at.isoformat(), "born": k,
-                 "died": _NEVER, "gone": _NEVER}
+                 "died": _NEVER, "gone": _NEVER, "event_start": _iso(e.event_start), "event_end": _iso(e.event_end)}
         vector = {_VEC: _unit(e.vector)} if len(e.vector) else None
         return self._w.DataObject(properties=props, uuid=_uid("semantic", user_id, e.id, k), vector=vector)
 
@@ -731,7 +766,8 @@ class WeaviateStore:
         p = o.properties
         return SemanticEntry(id=p["eid"], user_id=user_id, text=p["text"], vector=list((o.vector or {}).get(_VEC, [])),
                              source_episode_ids=json.loads(p["sources"]), supersedes=json.loads(p["supersedes"]),
-                             created_at=datetime.fromisoformat(p["created_at"]))
+                             created_at=datetime.fromisoformat(p["created_at"]),
+                             event_start=_from_iso(p.get("event_start")), event_end=_from_iso(p.get("event_end")))
 
     @_guarded
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],

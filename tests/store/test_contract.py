@@ -512,3 +512,32 @@ def test_an_embedder_of_unknown_dimension_is_recorded_from_the_first_vectors(bac
         again.check_embedder("openai/text-embedding-3-small", len(E_NEAR) + 1)
     with pytest.raises(EmbedderMismatchError):
         again.check_embedder("all-MiniLM-L6-v2", None)
+
+
+# --------------------------------------------------------------------------- event time of semantic entries
+def test_semantic_event_times_round_trip_apart_from_ingestion_time(backend: Backend, store, new_user):
+    """A fact keeps the span of its source episodes (naive or offset-carrying, as given) next to, and
+    distinct from, its ``created_at``; an entry stored without event time reads back as None."""
+    u = new_user()
+    naive_start, naive_end = datetime(2023, 5, 8, 13, 56), datetime(2023, 6, 2, 9, 0)
+    aware = datetime.fromisoformat("2023-05-24T23:30:00+08:00")
+    spanned = SemanticEntry(id="s-span", user_id=u, text="Caroline adopted a dog.", vector=E_SAME,
+                            source_episode_ids=["e0"], event_start=naive_start, event_end=naive_end)
+    offset = SemanticEntry(id="s-aware", user_id=u, text="Bob moved.", vector=E_NEAR, source_episode_ids=["e0"],
+                           event_start=aware, event_end=aware)
+    undated = entry(u, "s-undated", E_ORTHO)
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, 0, [episode(u, "e0", ["m1"], E_SAME)], [])
+    store.commit_distillation(u, "e0", [spanned, offset, undated], [])
+    store.close()
+    again = backend.reopen()
+
+    got = {e.id: e for e in again.list_semantic(u)}
+    assert (got["s-span"].event_start, got["s-span"].event_end) == (naive_start, naive_end)
+    assert got["s-span"].event_start.tzinfo is None
+    assert got["s-aware"].event_start == aware and got["s-aware"].event_start.utcoffset() == timedelta(hours=8)
+    assert got["s-undated"].event_start is None and got["s-undated"].event_end is None
+    assert got["s-span"].created_at.year >= 2024  # ingestion time: kept, and not the event time
+    assert again.get_semantic(u, "s-span").event_end == naive_end
+    hit = again.search_semantic(u, Q, top_k=1)[0].entry
+    assert (hit.id, hit.event_start, hit.event_end) == ("s-span", naive_start, naive_end)
