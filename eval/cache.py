@@ -19,14 +19,18 @@ from nemori_dspy.memory import Memory
 from nemori_dspy.signatures import SIGNATURES, signature_hash
 from nemori_dspy.eval.systems import System
 
-__all__ = ["CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
+__all__ = ["MEMORY_FORMAT", "CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
 
 #: settings that change what memory construction produces (answer-side knobs are left out on purpose).
 CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size", "n_ctx",
-                       "association_max_gap_hours", "episode_split_gap_hours",
+                       "association_max_gap_hours", "episode_split_gap_hours", "naive_timezone",
                        "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
-                       "consolidation_top_k", "distillation", "consolidation", "max_message_chars",
-                       "max_prompt_chars", "parse_retries")
+                       "consolidation_top_k", "consolidation_min_similarity", "distillation", "consolidation",
+                       "max_message_chars", "max_prompt_chars", "parse_retries")
+#: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
+#: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
+#: times on facts), so memories built by older code are never reused as if they were current.
+MEMORY_FORMAT = 2
 _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
                         "direct_distill")
 
@@ -44,6 +48,7 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
         "prompts": {s: signature_hash(SIGNATURES[s]) for s in _CONSTRUCTION_STAGES},
         "program": _construction_state_delta(settings, program_state),
         "model_label": model_label, "embedder": embedder_name, "dataset": dataset_sha256,
+        "format": MEMORY_FORMAT,
     }
     if sessions:
         payload["sessions"] = sessions

@@ -109,6 +109,13 @@ class NemoriSettings(BaseSettings):
     evoke_top_k: int = Field(default=10, ge=0, description="K_s: evoked semantic entries (§3.3.1)")
     evoke_threshold: float = Field(default=0.70, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1)")
     consolidation_top_k: int = Field(default=5, ge=1, description="K_m: entries compared per insight (§3.3.3)")
+    consolidation_min_similarity: float | None = Field(
+        default=0.5, ge=-1.0, le=1.0, description="our addition: only existing entries with cosine >= this to the "
+        "insight go to P_con (and so can be merged or retired by it); none above it → the insight is stored as new "
+        "without an LLM call. With all-MiniLM-L6-v2 same-template facts about different people score up to ~0.45 "
+        "('Alice lives in Paris.' / 'Bob lives in Berlin.' = 0.43) while updates of one person's fact score "
+        "0.55-0.9; a missed conflict keeps an old fact beside the new one, a wrong one deletes a true fact. "
+        "None = the paper's behaviour (the top K_m whatever their similarity)")
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
     raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
@@ -117,6 +124,9 @@ class NemoriSettings(BaseSettings):
     resolve_relative_dates: bool = Field(default=True, description="write the absolute date next to 'last week', "
                                          "'yesterday', … (from the message timestamp) in messages shown to P_nar, "
                                          "P_dis and P_ans, so small models need not do date arithmetic (§3.2.2)")
+    naive_timezone: str = Field(default="UTC", description="time zone in which timestamps without a UTC offset "
+                                "are read when they are ordered or subtracted (naive and offset-carrying messages "
+                                "of one user can then be mixed); prompts still show each message's own clock time")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
@@ -129,12 +139,25 @@ class NemoriSettings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
     mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment the eval runs are logged to")
 
-    @field_validator("episode_split_gap_hours", "association_max_gap_hours", mode="before")
+    @field_validator("episode_split_gap_hours", "association_max_gap_hours", "consolidation_min_similarity",
+                     mode="before")
     @classmethod
     def _off_words(cls, v: Any) -> Any:
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""
         if isinstance(v, str) and v.strip().lower() in {"", "null", "none", "off"}:
             return None
+        return v
+
+    @field_validator("naive_timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        from .errors import InvalidInputError
+        from .types import zone
+
+        try:
+            zone(v)
+        except InvalidInputError as exc:
+            raise ValueError(f"{exc.problem}; {exc.fix}") from None
         return v
 
     @field_validator("weaviate_url")

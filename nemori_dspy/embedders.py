@@ -52,7 +52,8 @@ class Embedder(Protocol):
     Attributes:
         name: stable identifier stored with the vectors (a store built with one embedder refuses
             another of a different name or dim).
-        dim: vector dimension.
+        dim: vector dimension (None while unknown: a litellm model without ``dimensions`` learns it
+            from its first reply; stores then record it from the first stored vectors).
     """
 
     name: str

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Sequence
 
 from .temporal import annotate_relative_dates
-from .types import Episode, SearchResult, StoredMessage
+from .types import Episode, SearchResult, SemanticEntry, StoredMessage
 
 __all__ = ["render_messages", "render_numbered_messages", "render_episode", "render_candidates",
-           "render_entries", "render_context", "clip", "per_message_chars"]
+           "render_entries", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
+           "per_message_chars"]
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -47,14 +50,24 @@ def render_numbered_messages(messages: Sequence[StoredMessage], max_chars: int =
                      for i, m in enumerate(messages, 1))
 
 
-def _span(ep: Episode) -> str:
-    s, e = f"{ep.start:%Y-%m-%d}", f"{ep.end:%Y-%m-%d}"
+def date_span(start: datetime, end: datetime) -> str:
+    """``YYYY-MM-DD`` of ``start``, or ``YYYY-MM-DD to YYYY-MM-DD`` when ``end`` falls on another day
+    (each in its own clock time, as messages are shown)."""
+    s, e = f"{start:%Y-%m-%d}", f"{end:%Y-%m-%d}"
     return s if s == e else f"{s} to {e}"
 
 
 def render_episode(ep: Episode) -> str:
     """``(date span) cue: narrative`` of one episode."""
-    return f"({_span(ep)}) {ep.cue}: {ep.narrative}"
+    return f"({date_span(ep.start, ep.end)}) {ep.cue}: {ep.narrative}"
+
+
+def render_fact(entry: SemanticEntry) -> str:
+    """``(event date span) text`` of a semantic entry, e.g. ``(2023-05-08) Caroline adopted a dog.``;
+    just ``text`` when the entry has no event time. Its ``created_at`` (ingestion time) is never shown."""
+    if entry.event_start is None or entry.event_end is None:
+        return entry.text
+    return f"({date_span(entry.event_start, entry.event_end)}) {entry.text}"
 
 
 def render_candidates(eps: Sequence[Episode]) -> str:
@@ -62,8 +75,16 @@ def render_candidates(eps: Sequence[Episode]) -> str:
     return "\n".join(f"[{k}] {render_episode(ep)}" for k, ep in enumerate(eps, 1))
 
 
+_FACT_DATE = re.compile(r"^\s*\(\d{4}-\d{2}-\d{2}(?: to \d{4}-\d{2}-\d{2})?\)\s*")
+
+
+def strip_fact_date(text: str) -> str:
+    """``text`` without a leading ``render_fact`` date prefix: ``"(2023-05-08) Bob ..."`` → ``"Bob ..."``."""
+    return _FACT_DATE.sub("", text, count=1)
+
+
 def render_entries(texts: Sequence[str]) -> str:
-    """Numbered entries ``[i] text`` from 1, or ``(none)``."""
+    """Numbered entries ``[i] text`` from 1, or ``(none)``; pass ``render_fact`` texts to show event dates."""
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1)) or "(none)"
 
 
@@ -71,7 +92,8 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, 
                    resolve_dates: bool = False) -> str:
     """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts,
     clipped to ``budget`` characters in all. Returns "" when nothing was retrieved. ``resolve_dates`` as
-    in ``render_messages``.
+    in ``render_messages``. Facts keep their similarity order, each with its event date span
+    (``render_fact``), so "prefer the most recent" compares when things happened, not when they were stored.
     """
     parts: list[str] = []
     if result.episodes:
@@ -84,6 +106,6 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, 
             parts.append(render_messages(ep.messages, max_chars, resolve_dates=resolve_dates))
     if result.semantic:
         parts.append("Known facts:")
-        parts += [f"- {s.entry.text}" for s in result.semantic]
+        parts += [f"- {render_fact(s.entry)}" for s in result.semantic]
     text = "\n".join(parts)
     return clip(text, budget) if budget else text

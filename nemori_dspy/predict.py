@@ -4,11 +4,15 @@ It sets the stage for the usage ledger, applies the stage's ``max_tokens``, and 
 does not parse (or a provider error that survived litellm's own retries) re-asks with DSPy's
 response cache bypassed and a nonzero temperature — at temperature 0 a cached bad reply would
 come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; callers park the work.
+A reply cut off by its token cap (finish_reason ``"length"``) is never used: it is asked again once with
+twice the cap (an extra attempt), then counts as a failed attempt. Other errors (``TypeError`` ...) are
+programming errors and propagate unretried.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib
 import logging
 import re
@@ -18,9 +22,9 @@ import dspy
 
 from .errors import ConfigError, LLMError
 from .recording import current_recorder
-from .usage import LEDGER, current_stage, stage
+from .usage import LEDGER, current_stage, note_truncation, stage, watch_truncation
 
-__all__ = ["StagePredict", "load_predictor_class"]
+__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError"]
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +41,10 @@ class _TruncationNote(logging.Filter):
         if str(record.msg).startswith("LM response was truncated"):
             name, cap = current_stage(), _CAP.get()
             LEDGER.count(f"truncated.{name}")
-            record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); it is parsed if it can "
-                          f"be, else retried or parked. To raise the cap: NEMORI_STAGE_LMS='{{\"{name}\": "
-                          f"{{\"max_tokens\": N}}}}'")
+            note_truncation("log")
+            record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); it is not used: asked "
+                          f"again once with twice the cap, else retried or parked. To raise the cap: "
+                          f"NEMORI_STAGE_LMS='{{\"{name}\": {{\"max_tokens\": N}}}}'")
             record.args = ()
             record.name = __name__  # our message: logged under this module, not DSPy's
         return True
@@ -50,6 +55,31 @@ logging.getLogger("dspy.clients.lm").addFilter(_TruncationNote())
 
 class SchemaEchoError(ValueError):
     """The reply repeated the output template (e.g. ``{narrative}``) instead of filling it in."""
+
+
+class TruncatedReplyError(ValueError):
+    """The reply of stage ``stage`` was cut off by its output token cap (finish_reason ``"length"``)."""
+
+    def __init__(self, stage: str, cap: int | None) -> None:
+        self.stage, self.cap = stage, cap
+        super().__init__(f"stage {stage!r}: the reply was cut off at max_tokens={cap}")
+
+
+@functools.cache
+def _retryable() -> tuple[type[BaseException], ...]:
+    """Errors a re-ask can cure: unparseable or invalid replies (DSPy ``AdapterParseError``, pydantic
+    ``ValidationError`` and other ``ValueError`` such as ``SchemaEchoError``), and provider, transport and
+    timeout errors (DSPy's ``LMError`` wrapping them, litellm/OpenAI and httpx errors). Programming errors
+    (``TypeError``, ``AttributeError``, ``KeyError`` ...) are not among them: they propagate at once."""
+    from dspy.utils.exceptions import AdapterParseError, LMError
+
+    kinds: list[type[BaseException]] = [AdapterParseError, LMError, ValueError, TimeoutError, ConnectionError]
+    for module, name in (("openai", "OpenAIError"), ("httpx", "HTTPError")):
+        try:
+            kinds.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(kinds)
 
 
 def check_not_echo(pred: dspy.Prediction) -> dspy.Prediction:
@@ -81,6 +111,9 @@ def _fix_for(exc: Exception | None) -> str:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
     text = " ".join(f"{type(e).__name__} {e}" for e in chain)
+    if isinstance(exc, TruncatedReplyError):
+        return (f"raise the stage's output cap above {exc.cap}, e.g. NEMORI_STAGE_LMS='{{\"{exc.stage}\": "
+                f"{{\"max_tokens\": {2 * (exc.cap or 512)}}}}}', or use a model that answers more briefly.")
     if any(k in text for k in ("AuthenticationError", "PermissionDeniedError", "Missing credentials", "api_key")):
         return ("set the provider's API key (e.g. OPENAI_API_KEY) or NEMORI_API_KEY, or use --model local for the "
                 "embedded model.")
@@ -115,12 +148,12 @@ class StagePredict(dspy.Module):
         if lm is not None:
             self.predict.set_lm(lm)
 
-    def _config(self, attempt: int) -> dict[str, Any]:
+    def _config(self, reroll: int, cap: int | None) -> dict[str, Any]:
         config: dict[str, Any] = {}
-        if self.max_tokens:
-            config["max_tokens"] = self.max_tokens
-        if attempt:
-            config.update(cache=False, temperature=0.7, rollout_id=attempt)
+        if cap:
+            config["max_tokens"] = cap
+        if reroll:
+            config.update(cache=False, temperature=0.7, rollout_id=reroll)
         return config
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
@@ -130,23 +163,52 @@ class StagePredict(dspy.Module):
         finally:
             _CAP.reset(token)
 
+    def _wider(self, cap: int | None) -> int | None:
+        """Twice ``cap`` (or twice the LM's own ``max_tokens`` when the stage sets none); None if unknown."""
+        if cap:
+            return cap * 2
+        lm = getattr(self.predict, "lm", None) or dspy.settings.lm
+        base = (getattr(lm, "kwargs", None) or {}).get("max_tokens")
+        return int(base) * 2 if base else None
+
+    def _once(self, inputs: dict[str, Any], reroll: int, cap: int | None) -> dspy.Prediction:
+        """One predictor call; raises ``TruncatedReplyError`` if a reply was cut by its token cap."""
+        token = _CAP.set(cap)
+        try:
+            with watch_truncation() as cut:
+                pred = self.predict(**inputs, config=self._config(reroll, cap))
+        finally:
+            _CAP.reset(token)
+        if cut:
+            raise TruncatedReplyError(self.stage_name, cap)
+        pred = check_not_echo(pred)
+        recorder = current_recorder()
+        if recorder is not None:  # tuning data: what this stage saw and returned (recording.py)
+            recorder.record(self.stage_name, inputs, dict(pred.items()))
+        return pred
+
     def _attempts(self, inputs: dict[str, Any]) -> dspy.Prediction:
+        """Up to ``parse_retries + 1`` calls; a truncated reply gets one more call at twice the cap."""
         last: Exception | None = None
+        cap, widened, reroll, n, budget = self.max_tokens, False, 0, 0, self.parse_retries + 1
         with stage(self.stage_name):
-            for attempt in range(self.parse_retries + 1):
-                if attempt:
+            while n < budget:
+                if n:
                     LEDGER.count("retries")
                     LEDGER.count(f"retries.{self.stage_name}")
                 try:
-                    pred = check_not_echo(self.predict(**inputs, config=self._config(attempt)))
-                except Exception as exc:  # parse errors and provider errors alike: re-ask, then park
-                    last = exc
-                    log.warning("stage %s attempt %d failed: %s", self.stage_name, attempt + 1, str(exc)[:300])
-                    continue
-                recorder = current_recorder()
-                if recorder is not None:  # tuning data: what this stage saw and returned (recording.py)
-                    recorder.record(self.stage_name, inputs, dict(pred.items()))
-                return pred
+                    return self._once(inputs, reroll, cap)
+                except TruncatedReplyError as exc:
+                    last, wider = exc, (None if widened else self._wider(cap))
+                    if wider is not None:  # the same request with room to finish; its cache key differs
+                        widened, cap, budget = True, wider, max(budget, n + 2)
+                        LEDGER.count(f"truncation_retries.{self.stage_name}")
+                    else:
+                        reroll += 1
+                except _retryable() as exc:  # parse, validation, provider, transport, timeout: re-ask
+                    last, reroll = exc, reroll + 1
+                log.warning("stage %s attempt %d failed: %s", self.stage_name, n + 1, str(last)[:300])
+                n += 1
         LEDGER.count("failed_stage_calls")
-        raise LLMError(f"stage {self.stage_name!r} failed after {self.parse_retries + 1} attempt(s): "
+        raise LLMError(f"stage {self.stage_name!r} failed after {n} attempt(s): "
                        f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last

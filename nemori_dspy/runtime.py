@@ -13,6 +13,7 @@ from typing import Any
 
 import dspy
 
+from .adapters import make_adapter
 from .config import NemoriSettings
 from .usage import UsageTrackingMixin
 
@@ -147,6 +148,5 @@ def build_runtime(settings: NemoriSettings, configure: bool = True) -> Runtime:
     rt = Runtime(settings=settings, lm=lm, judge_lm=judge, stage_lms=stage_lms, server=server, model_label=label,
                  judge_server=judge_server, judge_label=judge_label)
     if configure:
-        adapter = dspy.JSONAdapter() if settings.adapter == "json" else dspy.ChatAdapter()
-        dspy.configure(lm=lm, adapter=adapter)
+        dspy.configure(lm=lm, adapter=make_adapter(settings.adapter))
     return rt

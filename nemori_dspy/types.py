@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
-from typing import Any, Literal, Mapping, Union
+from datetime import datetime, timezone, tzinfo
+from functools import lru_cache
+from typing import Any, Iterable, Literal, Mapping, Union
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil import parser as date_parser
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator,
+                      model_validator)
 
 from .errors import InvalidInputError
 
@@ -36,6 +39,9 @@ __all__ = [
     "metadata_matches",
     "parse_timestamp",
     "utcnow",
+    "instant",
+    "zone",
+    "span_union",
 ]
 
 
@@ -44,10 +50,57 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@lru_cache(maxsize=64)
+def zone(name: str) -> tzinfo:
+    """The time zone an IANA name such as ``"Europe/Berlin"`` or ``"UTC"`` denotes.
+
+    Raises:
+        InvalidInputError: the name is not a known zone (field ``naive_timezone``).
+    """
+    if name.strip().upper() in ("UTC", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidInputError("naive_timezone", f"{name!r} is not a known time zone",
+                                "use an IANA name such as 'UTC', 'Europe/Berlin' or 'Asia/Shanghai'") from exc
+
+
+def instant(ts: datetime, naive_timezone: str = "UTC") -> datetime:
+    """The moment ``ts`` denotes, as an aware UTC datetime: the one key for ordering and gap arithmetic.
+
+    A naive ``ts`` is read as clock time in ``naive_timezone`` (the ``naive_timezone`` setting); an aware
+    one keeps its offset. Messages keep their own timestamps for display; only comparisons use this, so
+    naive and offset-carrying timestamps of one user can be sorted and subtracted together.
+
+    Raises:
+        InvalidInputError: ``naive_timezone`` is not a known zone.
+    """
+    if ts.tzinfo is None or ts.tzinfo.utcoffset(ts) is None:
+        ts = ts.replace(tzinfo=zone(naive_timezone))
+    return ts.astimezone(timezone.utc)
+
+
+def span_union(spans: Iterable[tuple[datetime | None, datetime | None]],
+               naive_timezone: str = "UTC") -> tuple[datetime | None, datetime | None]:
+    """The smallest span covering all given ``(start, end)`` spans: (earliest start, latest end).
+
+    Compared through ``instant`` (naive read in ``naive_timezone``); the winning timestamps are
+    returned as given (naive stays naive). Spans with a None bound are skipped; none left → (None, None).
+    """
+    known = [(s, e) for s, e in spans if s is not None and e is not None]
+    if not known:
+        return None, None
+    start = min((s for s, _ in known), key=lambda t: instant(t, naive_timezone))
+    end = max((e for _, e in known), key=lambda t: instant(t, naive_timezone))
+    return start, end
+
+
 def parse_timestamp(value: Any, field: str = "timestamp") -> datetime:
     """Parse a datetime, ISO string or LoCoMo-style date string ("1:56 pm on 8 May, 2023").
 
-    Naive datetimes are kept naive (conversation-local time, as LoCoMo gives them).
+    Naive datetimes are kept naive (conversation-local time, as LoCoMo gives them); compare timestamps
+    through ``instant``, which reads naive ones in the ``naive_timezone`` setting.
 
     Raises:
         InvalidInputError: the value is empty or cannot be parsed; names ``field``.
@@ -135,8 +188,8 @@ class Message(BaseModel):
     """One conversation message as a caller hands it to ``Memory.add_messages``.
 
     Fields: ``speaker`` (name or role), ``content`` (non-empty text), ``timestamp``
-    (when it was said; datetime or parseable string; a timezone-aware one is converted to UTC and
-    stored naive), optional caller ``id``
+    (when it was said; datetime or parseable string; kept as given, compared through ``instant``),
+    optional caller ``id``
     (e.g. LoCoMo's ``dia_id``) used for idempotent re-ingestion, optional ``metadata``
     (flat ``{str: str | int | float | bool}``, see ``check_metadata``): stored with the message,
     returned with its episode's messages and usable as a ``Memory.search`` filter; never shown to
@@ -160,10 +213,9 @@ class Message(BaseModel):
     @field_validator("timestamp", mode="before")
     @classmethod
     def _parse_ts(cls, v: Any) -> datetime:
-        # Aware times become naive UTC: one user's messages then always compare (naive minus aware
-        # raises), whichever way clients send them ("...Z" from one, local naive from another).
-        ts = parse_timestamp(v)
-        return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo is not None else ts
+        # kept as given (its own clock time is what prompts show); ordering and gaps compare through
+        # ``instant`` (naive read in ``naive_timezone``), so naive and offset-carrying times can mix
+        return parse_timestamp(v)
 
     @field_validator("content")
     @classmethod
@@ -212,7 +264,14 @@ class Episode(BaseModel):
 
 
 class SemanticEntry(BaseModel):
-    """A semantic memory entry (§3.3): one self-contained statement plus its vector."""
+    """A semantic memory entry (§3.3): one self-contained statement plus its vector.
+
+    Two clocks, kept apart: ``event_start``/``event_end`` span the source episodes' messages (when
+    what the fact states happened or was said, in the conversation's own timestamps, naive or aware),
+    ``created_at`` is when the entry was written (ingestion time, UTC). Prompts show only the event
+    span; an entry without one (written before event times were kept) is shown undated, never with
+    its ``created_at``. Giving one bound only sets the other to the same instant.
+    """
 
     id: str
     user_id: str
@@ -220,7 +279,17 @@ class SemanticEntry(BaseModel):
     vector: list[float] = Field(default_factory=list, repr=False)
     source_episode_ids: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
-    created_at: datetime = Field(default_factory=utcnow)
+    event_start: datetime | None = Field(default=None, description="earliest message time of the source episodes")
+    event_end: datetime | None = Field(default=None, description="latest message time of the source episodes")
+    created_at: datetime = Field(default_factory=utcnow, description="when the entry was written (not event time)")
+
+    @model_validator(mode="after")
+    def _both_bounds(self) -> "SemanticEntry":
+        if self.event_start is None:
+            self.event_start = self.event_end
+        elif self.event_end is None:
+            self.event_end = self.event_start
+        return self
 
 
 class ScoredEpisode(BaseModel):

@@ -15,10 +15,50 @@ from typing import Any, Callable, Iterator
 
 from .types import Usage
 
-__all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin", "embedding_call"]
+__all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin", "embedding_call",
+           "watch_truncation", "note_truncation", "finish_reasons"]
 
 _STAGE: contextvars.ContextVar[str] = contextvars.ContextVar("nemori_stage", default="other")
 _SCOPES: contextvars.ContextVar[tuple["UsageLedger", ...]] = contextvars.ContextVar("nemori_scopes", default=())
+
+
+_TRUNCATIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("nemori_truncations", default=None)
+
+
+@contextmanager
+def watch_truncation() -> Iterator[list[str]]:
+    """Collect, for the calls made in this block (this thread/task), one note per LM reply that was cut
+    by its token cap (finish_reason ``"length"``). The yielded list is empty when no reply was cut."""
+    seen: list[str] = []
+    token = _TRUNCATIONS.set(seen)
+    try:
+        yield seen
+    finally:
+        _TRUNCATIONS.reset(token)
+
+
+def note_truncation(source: str) -> None:
+    """Record a truncated reply in the innermost ``watch_truncation`` block, if any."""
+    seen = _TRUNCATIONS.get()
+    if seen is not None:
+        seen.append(source)
+
+
+def finish_reasons(response: Any) -> list[str]:
+    """Finish reasons of an LM response: ``response.finish_reason`` (dspy.lm15) or those of its
+    ``choices`` (litellm/OpenAI); [] when it has neither."""
+    if response is None:
+        return []
+    direct = getattr(response, "finish_reason", None)
+    if direct is not None:
+        return [str(direct)]
+    choices = getattr(response, "choices", None) or (response.get("choices") if isinstance(response, dict) else None)
+    out = []
+    for c in choices or []:
+        r = c.get("finish_reason") if isinstance(c, dict) else getattr(c, "finish_reason", None)
+        if r is not None:
+            out.append(str(r))
+    return out
 
 
 def current_stage() -> str:
@@ -199,4 +239,6 @@ class UsageTrackingMixin:
 
     def update_history(self, entry: dict) -> None:
         LEDGER.record_response(entry.get("usage"), entry.get("cost"))
+        if "length" in finish_reasons(entry.get("response")):
+            note_truncation("finish_reason")
         super().update_history(entry)  # type: ignore[misc]

@@ -496,7 +496,7 @@ def test_v1_sqlite_file_is_migrated_and_readable(tmp_path: Path, lm):
         assert [m.metadata for m in store.pending_messages("old")] == [{}, {"v": 2}]
         mem.flush("old")
         assert sorted(assigned_ids(mem, "old")) == ["n1", "o1"]
-        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
     finally:
         store.close()
     SQLiteStore(path).close()  # reopening a migrated file is a no-op
@@ -519,3 +519,60 @@ CREATE TABLE semantic (user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NU
     vector BLOB NOT NULL, sources TEXT NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL,
     live INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (user_id, id));
 """
+
+
+# --------------------------------------------------------------------------- litellm embedder, dimension unknown
+def _fake_litellm_embedding(dim: int):
+    """A stand-in for ``litellm.embedding`` returning ``dim``-d vectors derived from each text."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    def embedding(input, **_kw):  # noqa: A002 - litellm's parameter name
+        rows = [np.random.default_rng(sum(map(ord, t))).normal(size=dim).tolist() for t in input]
+        return SimpleNamespace(data=[{"index": i, "embedding": r} for i, r in enumerate(rows)],
+                               usage={"prompt_tokens": 1})
+
+    return embedding
+
+
+def test_a_store_made_with_a_litellm_embedder_reopens(db: Path, lm, monkeypatch):
+    import litellm
+
+    from nemori_dspy.embedders import LiteLLMEmbedder
+    from nemori_dspy.errors import EmbedderMismatchError
+
+    monkeypatch.setattr(litellm, "embedding", _fake_litellm_embedding(8))
+    store = SQLiteStore(db)
+    mem = Memory(store, LiteLLMEmbedder("openai/fake-embed"), NemoriSettings(window_size=4))
+    mem.add_messages("u", exchange(4))
+    assert mem.list_episodes("u")
+    store.close()
+    reopened = SQLiteStore(db)
+    again = Memory(reopened, LiteLLMEmbedder("openai/fake-embed"), NemoriSettings(window_size=4))
+    assert again.search("u", "puppy").episodes  # its vectors are comparable with the stored ones
+    with pytest.raises(EmbedderMismatchError):
+        Memory(reopened, LiteLLMEmbedder("openai/other-embed"), NemoriSettings())
+    with pytest.raises(EmbedderMismatchError):
+        Memory(reopened, LiteLLMEmbedder("openai/fake-embed", dimensions=16), NemoriSettings())
+    with pytest.raises(EmbedderMismatchError):
+        Memory(reopened, HashingEmbedder(8), NemoriSettings())
+    reopened.close()
+
+
+def test_a_store_that_recorded_dimension_none_opens_and_learns_it(db: Path, lm, monkeypatch):
+    """Stores written before the fix recorded the dimension as the text 'None'."""
+    import sqlite3
+
+    import litellm
+
+    from nemori_dspy.embedders import LiteLLMEmbedder
+
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as c:
+        c.execute("INSERT INTO meta VALUES ('embedder', 'openai/fake-embed'), ('dim', 'None')")
+    monkeypatch.setattr(litellm, "embedding", _fake_litellm_embedding(8))
+    mem = Memory(SQLiteStore(db), LiteLLMEmbedder("openai/fake-embed"), NemoriSettings(window_size=4))
+    mem.add_messages("u", exchange(4))
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT value FROM meta WHERE key='dim'").fetchone() == ("8",)

@@ -7,7 +7,7 @@ import pytest
 
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
-from nemori_dspy.signatures import NarrateEpisode, PartitionMessages
+from nemori_dspy.signatures import AnswerQuestion, NarrateEpisode, PartitionMessages
 from nemori_dspy.usage import LEDGER
 from tests.fakes import ScriptedLM, chat_reply, default_responders
 
@@ -90,10 +90,12 @@ def test_truncation_warning_names_the_stage_and_its_real_cap(caplog):
     lm = _lm_with([GOOD], cache=False)
     lm.finish_reason = "length"
     with caplog.at_level("WARNING", logger="dspy.clients.lm"), dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
+        with pytest.raises(LLMError, match="max_tokens"):  # cut at 320 and again at 640: never used
+            StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
     notes = [r.getMessage() for r in caplog.records if "output cap" in r.getMessage()]
     assert all(r.name == "nemori_dspy.predict" for r in caplog.records if "output cap" in r.getMessage())
-    assert notes and all("'narrate'" in m and "max_tokens=320" in m and "NEMORI_STAGE_LMS" in m for m in notes)
+    assert notes and all("'narrate'" in m and "NEMORI_STAGE_LMS" in m for m in notes)
+    assert "max_tokens=320" in notes[0] and "max_tokens=640" in notes[-1]
     assert LEDGER.counters["truncated.narrate"] == len(notes)
 
 
@@ -107,3 +109,83 @@ def test_an_auth_error_suggests_setting_the_api_key_not_a_bigger_model():
     r["NarrateEpisode"] = denied
     with pytest.raises(LLMError, match="API key"):
         _narrate(ScriptedLM(r), parse_retries=0)
+
+
+# --- a reply cut off by its token cap is never used as it is
+
+def _answer_lm(replies: list[tuple[str, str]], cache: bool = False) -> ScriptedLM:
+    """Answer replies in order as (text, finish_reason); the last one repeats."""
+    it = iter(replies)
+    state = {"last": replies[-1]}
+    lm: ScriptedLM
+
+    def answer(_inputs):
+        state["last"] = next(it, state["last"])
+        text, lm.finish_reason = state["last"]
+        return text
+
+    r = default_responders()
+    r["AnswerQuestion"] = answer
+    lm = ScriptedLM(r, cache=cache)
+    return lm
+
+
+def _answer(lm, parse_retries=1, max_tokens=64):
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        return StagePredict(AnswerQuestion, "answer", max_tokens=max_tokens, parse_retries=parse_retries)(
+            question="Who called?", context="Michael called on 7 May 2023.")
+
+
+CUT = ('[[ ## answer ## ]]\nMi', "length")  # parses as the answer "Mi": only the finish reason tells
+FULL = (chat_reply(answer="Michael"), "stop")
+
+
+def test_a_truncated_reply_is_asked_again_with_twice_the_cap():
+    lm = _answer_lm([CUT, FULL])
+    assert _answer(lm, parse_retries=0).answer == "Michael"  # the extra attempt does not need a parse retry
+    assert [h["kwargs"].get("max_tokens") for h in lm.history] == [64, 128]
+    assert LEDGER.counters["truncation_retries.answer"] == 1
+
+
+def test_a_reply_truncated_again_at_twice_the_cap_raises_instead_of_being_used():
+    lm = _answer_lm([CUT])
+    with pytest.raises(LLMError, match=r"cut off at max_tokens=128.*answer"):
+        _answer(lm, parse_retries=1)
+    assert [h["kwargs"].get("max_tokens") for h in lm.history] == [64, 128]
+
+
+def test_a_cached_truncated_reply_is_not_used_either():
+    lm = _answer_lm([CUT, FULL], cache=True)
+    assert _answer(lm).answer == "Michael"
+    assert _answer(lm).answer == "Michael"  # the cut reply at cap 64 comes from the cache: still refused
+    assert lm.calls["AnswerQuestion"] == 2  # the second run was served from the cache
+
+
+def test_a_programming_error_in_a_stage_is_raised_at_once_not_retried():
+    calls = []
+
+    class Broken(dspy.Module):
+        def __init__(self, signature):
+            super().__init__()
+
+        def forward(self, **kwargs):
+            calls.append(kwargs)
+            raise TypeError("unsupported operand type(s)")
+
+    with pytest.raises(TypeError, match="unsupported operand"):
+        StagePredict(AnswerQuestion, "answer", parse_retries=3, predictor_class=Broken)(question="q", context="c")
+    assert len(calls) == 1 and "retries" not in LEDGER.counters
+
+
+def test_truncation_is_seen_even_when_dspy_logging_is_silenced():
+    import logging
+
+    logger = logging.getLogger("dspy.clients.lm")
+    before = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        lm = _answer_lm([CUT, FULL])
+        assert _answer(lm).answer == "Michael"
+    finally:
+        logger.setLevel(before)
+    assert "truncated.answer" not in LEDGER.counters  # the log note did not run; the finish reason told

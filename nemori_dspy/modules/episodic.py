@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Callable, Sequence
+from datetime import datetime
+from typing import Callable, Iterable, Sequence
 
 import dspy
 
 from ..errors import LLMError
 from ..formatting import render_candidates, render_episode, render_messages, render_numbered_messages
-from ..types import Episode, StoredMessage
+from ..types import Episode, StoredMessage, instant
 from ..recording import stage_meta
 from ..usage import LEDGER
 from .resources import Resources
@@ -79,23 +80,42 @@ def repair_partition(groups: object, n: int) -> tuple[list[list[int]], list[str]
     return groups_sorted, problems
 
 
-def split_at_gaps(messages: Sequence[StoredMessage], gap_hours: float | None) -> list[list[StoredMessage]]:
-    """Consecutive runs of ``messages`` with no gap above ``gap_hours`` between neighbours (None: one run)."""
+def split_at_gaps(messages: Sequence[StoredMessage], gap_hours: float | None,
+                  naive_timezone: str = "UTC") -> list[list[StoredMessage]]:
+    """Consecutive runs of ``messages`` with no gap above ``gap_hours`` between neighbours (None: one run).
+
+    Gaps are real elapsed time (``types.instant``; naive timestamps read in ``naive_timezone``), so
+    naive and offset-carrying timestamps may be mixed.
+    """
     runs: list[list[StoredMessage]] = []
     for m in messages:
-        if runs and (gap_hours is None or (m.timestamp - runs[-1][-1].timestamp).total_seconds() <= gap_hours * 3600):
+        if runs and (gap_hours is None or _hours(runs[-1][-1].timestamp, m.timestamp, naive_timezone) <= gap_hours):
             runs[-1].append(m)
         else:
             runs.append([m])
     return runs
 
 
-def _adjacent(a: Episode, b: Episode, max_gap_hours: float | None) -> bool:
+def _hours(earlier: datetime, later: datetime, naive_timezone: str) -> float:
+    """Elapsed hours from ``earlier`` to ``later`` (negative if ``later`` is before)."""
+    return (instant(later, naive_timezone) - instant(earlier, naive_timezone)).total_seconds() / 3600
+
+
+def _adjacent(a: Episode, b: Episode, max_gap_hours: float | None, naive_timezone: str = "UTC") -> bool:
     """True if the time spans of ``a`` and ``b`` are at most ``max_gap_hours`` apart (None: always)."""
     if max_gap_hours is None:
         return True
-    gap = max(a.start - b.end, b.start - a.end).total_seconds() / 3600
-    return gap <= max_gap_hours
+    return max(_hours(b.end, a.start, naive_timezone), _hours(a.end, b.start, naive_timezone)) <= max_gap_hours
+
+
+def _earliest(times: Iterable[datetime], naive_timezone: str) -> datetime:
+    """The earliest of ``times`` by ``instant``, returned as given (its own clock time and offset)."""
+    return min(times, key=lambda t: instant(t, naive_timezone))
+
+
+def _latest(times: Iterable[datetime], naive_timezone: str) -> datetime:
+    """The latest of ``times`` by ``instant``, returned as given."""
+    return max(times, key=lambda t: instant(t, naive_timezone))
 
 
 class EpisodicIntegration(dspy.Module):
@@ -121,7 +141,8 @@ class EpisodicIntegration(dspy.Module):
 
     def split(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         """Cut the window at time gaps (``episode_split_gap_hours``), then P_par each segment."""
-        return [g for seg in split_at_gaps(messages, self.res.settings.episode_split_gap_hours)
+        s = self.res.settings
+        return [g for seg in split_at_gaps(messages, s.episode_split_gap_hours, s.naive_timezone)
                 for g in self.partition_segment(seg)]
 
     def partition_segment(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
@@ -156,11 +177,13 @@ class EpisodicIntegration(dspy.Module):
         ids = [m.id for m in msgs]
         return Episode(id=episode_id(user_id, ids), user_id=user_id, cue=cue or narrative[:80],
                        narrative=narrative, message_ids=ids, messages=list(msgs),
-                       start=min(m.timestamp for m in msgs), end=max(m.timestamp for m in msgs),
+                       start=_earliest((m.timestamp for m in msgs), s.naive_timezone),
+                       end=_latest((m.timestamp for m in msgs), s.naive_timezone),
                        vector=self.res.embed(f"{cue}\n{narrative}"), window=window)
 
     def merge(self, old: Episode, new: Episode, window: int) -> Episode:
         """P_int: (c_ν, N_ν) from both; raw = P_k ‖ P_j; re-embedded; supersedes ``old`` (§3.2.3)."""
+        tz = self.res.settings.naive_timezone
         pred = self.integrate(earlier_episode=render_episode(old), new_episode=render_episode(new))
         cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
         if not narrative:
@@ -168,7 +191,7 @@ class EpisodicIntegration(dspy.Module):
         ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
         return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:80],
                        narrative=narrative, message_ids=ids, messages=old.messages + new.messages,
-                       start=min(old.start, new.start), end=max(old.end, new.end),
+                       start=_earliest((old.start, new.start), tz), end=_latest((old.end, new.end), tz),
                        vector=self.res.embed(f"{cue}\n{narrative}"), supersedes=[old.id, *old.supersedes],
                        window=window)
 
@@ -192,7 +215,8 @@ class EpisodicIntegration(dspy.Module):
             ep = self.narrate_group(user_id, msgs, window)
             hits = self.res.store.search_episodes(user_id, ep.vector, s.association_top_k, before_window=window)
             cands = [current.get(h.episode.id, h.episode) for h in hits]
-            cands = [c for c in {c.id: c for c in cands}.values() if _adjacent(c, ep, s.association_max_gap_hours)]
+            cands = [c for c in {c.id: c for c in cands}.values()
+                     if _adjacent(c, ep, s.association_max_gap_hours, s.naive_timezone)]
             target = self.choose(ep, cands)
             if target is not None:
                 merged = self.merge(target, ep, window)

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 import dspy
 import numpy as np
 
-from ..formatting import render_entries, render_messages
-from ..types import Episode, SemanticEntry
+from ..formatting import render_entries, render_fact, render_messages, strip_fact_date
+from ..noise import is_noise_insight, strip_noise
+from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import LEDGER
 from .resources import Resources
 
-__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE"]
+__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "normalise_fact"]
 
 log = logging.getLogger(__name__)
 
@@ -31,30 +33,87 @@ def _entry_id(user_id: str, episode_id: str, text: str) -> str:
     return "sem_" + hashlib.sha256(f"{user_id}\x1f{episode_id}\x1f{text}".encode()).hexdigest()[:16]
 
 
+_TRAILING = re.compile(r"[\s.!?;:,…]+$")
+
+
+def normalise_fact(text: str) -> str:
+    """The comparison key of a fact: case-folded, whitespace collapsed, trailing punctuation dropped.
+
+    ``"Caroline  likes dogs."`` and ``"caroline likes dogs"`` share the key ``"caroline likes dogs"``.
+    """
+    return _TRAILING.sub("", " ".join(text.split())).casefold()
+
+
 @dataclass
 class Consolidation:
     """The pending semantic changes of one episode: entries to insert and stored ids to delete.
 
-    Keeps a local overlay so later insights of the same episode see earlier ones.
+    Keeps a local overlay so later insights of the same episode see earlier ones. ``stored`` maps
+    the ids of the user's live stored entries to their ``normalise_fact`` keys (for exact duplicates),
+    ``entries`` maps them to the entries (to re-date one an episode restates). A pending insert may
+    carry a stored entry's id: it replaces that entry on commit.
     """
 
     inserts: list[SemanticEntry] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
+    stored: dict[str, str] = field(default_factory=dict)
+    entries: dict[str, SemanticEntry] = field(default_factory=dict)
+
+    def holds(self, text: str) -> bool:
+        """True if a live entry (stored and not deleted, or pending) states ``text`` up to ``normalise_fact``."""
+        key = normalise_fact(text)
+        return (any(normalise_fact(e.text) == key for e in self.inserts)
+                or any(k == key and i not in self.deletes for i, k in self.stored.items()))
 
     def remove(self, ids: list[str]) -> None:
         """Delete entries: a pending insert is dropped, a stored one is scheduled for deletion."""
         pending = {e.id for e in self.inserts}
         self.inserts = [e for e in self.inserts if e.id not in ids]
-        self.deletes += [i for i in ids if i not in pending and i not in self.deletes]
+        self.deletes += [i for i in ids if (i not in pending or i in self.stored) and i not in self.deletes]
+
+    def redate(self, text: str, episode: Episode, naive_timezone: str = "UTC") -> bool:
+        """Widen the event span of the live stored entry stating ``text`` to cover ``episode`` (a fact
+        restated later is still true later) by a pending same-id copy; True if one was re-dated."""
+        key, pending = normalise_fact(text), {e.id for e in self.inserts}
+        for i, k in self.stored.items():
+            old = self.entries.get(i)
+            if k != key or old is None or i in self.deletes or i in pending:
+                continue
+            start, end = span_union([(old.event_start, old.event_end), (episode.start, episode.end)], naive_timezone)
+            if (start, end) == (old.event_start, old.event_end):
+                return False
+            self.inserts.append(old.model_copy(update={
+                "event_start": start, "event_end": end,
+                "source_episode_ids": sorted({*old.source_episode_ids, episode.id})}))
+            return True
+        return False
 
 
 def _clean_insights(raw: object) -> list[str]:
-    items = raw if isinstance(raw, list) else [raw]
+    """Insights as distinct, non-empty strings (bullets stripped); None or [] → []; noise dropped."""
+    items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
     out: list[str] = []
     for x in items:
-        t = str(x).strip().lstrip("-•* ").strip()
-        if t and t not in out:
-            out.append(t)
+        t = str(x).strip().lstrip("-•* ").strip() if x is not None else ""
+        if not t or not normalise_fact(t) or normalise_fact(t) in {normalise_fact(o) for o in out}:
+            continue
+        if is_noise_insight(t):
+            LEDGER.count("noise_insights_dropped")
+            log.info("insight dropped as machine noise: %r", t[:200])
+            continue
+        out.append(t)
+    return out
+
+
+def _human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
+    """Messages with machine noise removed from their content; those left empty are dropped (counted)."""
+    out = []
+    for m in messages:
+        text = strip_noise(m.content)
+        if not text:
+            LEDGER.count("noise_messages_skipped")
+            continue
+        out.append(m if text == m.content else m.model_copy(update={"content": text}))
     return out
 
 
@@ -62,8 +121,13 @@ class SemanticDistillation(dspy.Module):
     """Distill one (new or merged) episode into semantic memory changes.
 
     ``forward(user_id, episode)`` → ``dspy.Prediction(inserts, deletes, insights, evoked)`` where
-    ``inserts``/``deletes`` are for ``MemoryStore.commit_distillation``. Nothing is written here.
+    ``inserts``/``deletes`` are for ``MemoryStore.commit_distillation`` and ``evoked`` holds the texts
+    of the evoked entries. Nothing is written here.
     Defaults: K_s = 10 and τ = 0.70 on cosine for evocation (§3.3.1), K_m = 5 (§3.3.3).
+
+    Event time: an inserted entry spans its episode's messages (``event_start``/``event_end``); a merge
+    spans the union of its targets' and the episode's spans; a conflict's replacement spans the episode.
+    P_ant's known facts, P_con's insight and candidates are shown with these dates (``render_fact``).
 
     Raises:
         LLMError: a stage failed after retries (the episode stays undistilled; retried next flush).
@@ -77,42 +141,76 @@ class SemanticDistillation(dspy.Module):
         self.consolidate = make("consolidate")
         self.direct_distill = make("direct_distill")
 
-    def evoke(self, user_id: str, episode: Episode) -> list[str]:
-        """S_in = top-K_s entries with cosine > τ (§3.3.1); counts empty contexts in the ledger."""
+    def evoke(self, user_id: str, episode: Episode) -> list[SemanticEntry]:
+        """S_in = top-K_s entries with cosine > τ (§3.3.1), best first; counts empty contexts in the ledger."""
         s = self.res.settings
         hits = self.res.store.search_semantic(user_id, episode.vector, s.evoke_top_k, threshold=s.evoke_threshold)
         LEDGER.count("evoke_calls")
         if not hits:
             LEDGER.count("evoke_empty")
-        return [h.entry.text for h in hits]
+        return [h.entry for h in hits]
 
     def insights(self, user_id: str, episode: Episode) -> tuple[list[str], list[str]]:
-        """K_in: prediction-error insights (§3.3.2), or direct ones for Nemori-s. Returns (insights, evoked)."""
+        """K_in: prediction-error insights (§3.3.2), or direct ones for Nemori-s. Returns (insights, evoked
+        texts). P_ant sees the evoked facts with their event dates (``render_fact``).
+
+        The distiller sees the episode's messages without machine noise (``noise.strip_noise``); an
+        episode of noise only is not distilled (no LLM call), and insights quoting noise are dropped.
+        """
         s = self.res.settings
-        msgs = render_messages(episode.messages, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+        content = _human_messages(episode.messages)
+        if not content:
+            LEDGER.count("distill_skipped_noise_only")
+            return [], []
+        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         if self.res.settings.distillation == "direct":
             return _clean_insights(self.direct_distill(episode_messages=msgs).insights), []
         evoked = self.evoke(user_id, episode)
         predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
-                                    known_facts=evoked).predicted_episode
+                                    known_facts=[render_fact(e) for e in evoked]).predicted_episode
         found = self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights
-        return _clean_insights(found), evoked
+        return _clean_insights(found), [e.text for e in evoked]
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
-        """Top-K_m similar live entries: stored ones not deleted, plus this episode's pending inserts."""
+        """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with
+        cosine ≥ ``consolidation_min_similarity`` (all of the top K_m when it is None), best first."""
         k = self.res.settings.consolidation_top_k
-        stored = self.res.store.search_semantic(user_id, vec, k + len(plan.deletes))
-        pool = [(h.entry, h.score) for h in stored if h.entry.id not in plan.deletes]
+        floor = self.res.settings.consolidation_min_similarity
+        stored = self.res.store.search_semantic(user_id, vec, k + len(plan.deletes) + len(plan.inserts))
+        pending = {e.id for e in plan.inserts}  # a re-dated stored entry is seen as its pending copy
+        pool = [(h.entry, h.score) for h in stored if h.entry.id not in plan.deletes and h.entry.id not in pending]
         v = np.asarray(vec, dtype=np.float32)
         pool += [(e, float(np.dot(v, np.asarray(e.vector, dtype=np.float32)))) for e in plan.inserts]
         pool.sort(key=lambda p: (-p[1], p[0].id))
-        return pool[:k]
+        top = pool[:k]
+        kept = top if floor is None else [(e, score) for e, score in top if score >= floor]
+        if len(kept) < len(top):
+            LEDGER.count("consolidation.candidates_below_floor", len(top) - len(kept))
+        return kept
 
     def apply(self, user_id: str, episode: Episode, insight: str, plan: Consolidation) -> None:
-        """P_con for one insight k_q: new | merge(idxs, k_μ) | conflict(idxs) applied to ``plan`` (§3.3.3)."""
+        """P_con for one insight k_q: new | merge(idxs, k_μ) | conflict(idxs) applied to ``plan`` (§3.3.3).
+
+        Only candidates at or above ``consolidation_min_similarity`` are shown to P_con, and a merge or
+        conflict can only name those, so a dissimilar entry is never deleted; with no candidate the
+        insight is inserted as new without an LLM call. Every deletion is logged (INFO) with both texts
+        and counted as ``consolidation.deleted``. An exact duplicate (``normalise_fact``) of a live entry is
+        skipped without an embedding or LLM call (``insight_duplicates_skipped``); a stored one restated
+        by a later episode has its event span widened to cover it (``insight_duplicates_redated``), so
+        "the most recent" stays true of it. P_con sees the insight
+        and the candidates with their event dates, so it can tell which is newer; a date prefix it copies
+        into ``merged_text`` is removed (the merged entry carries the union span instead).
+        """
+        if plan.holds(insight):
+            LEDGER.count("insight_duplicates_skipped")
+            log.debug("insight %r is already in memory; skipped", insight)
+            if plan.redate(insight, episode, self.res.settings.naive_timezone):
+                LEDGER.count("insight_duplicates_redated")
+            return
         vec = self.res.embed(insight)
         new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
-                                  vector=vec, source_episode_ids=[episode.id])
+                                  vector=vec, source_episode_ids=[episode.id], event_start=episode.start,
+                                  event_end=episode.end)
         cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
         if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
             LEDGER.count("insight_duplicates")
@@ -120,32 +218,50 @@ class SemanticDistillation(dspy.Module):
             plan.inserts.append(new_entry)
             LEDGER.count("consolidation.new")
             return
-        d = self.consolidate(insight=insight, existing_entries=render_entries([e.text for e, _ in cands]))
+        d = self.consolidate(insight=render_fact(new_entry),
+                             existing_entries=render_entries([render_fact(e) for e, _ in cands]))
         targets = [cands[i - 1][0] for i in sorted(set(_ints(d.targets))) if 1 <= i <= len(cands)]
         action = str(d.action)
-        merged = str(d.merged_text or "").strip()
+        merged = strip_fact_date(str(d.merged_text or "")).strip()
         if action == "merge" and targets and merged:
-            plan.remove([t.id for t in targets])
-            plan.inserts.append(SemanticEntry(
-                id=_entry_id(user_id, episode.id, merged), user_id=user_id, text=merged, vector=self.res.embed(merged),
-                source_episode_ids=sorted({episode.id, *(s for t in targets for s in t.source_episode_ids)}),
-                supersedes=[t.id for t in targets]))
+            replacement = self._merged(user_id, episode, merged, targets)
         elif action == "conflict" and targets:
-            plan.remove([t.id for t in targets])
             new_entry.supersedes = [t.id for t in targets]
-            plan.inserts.append(new_entry)
+            replacement = new_entry
         else:
-            action = "new"
-            plan.inserts.append(new_entry)
+            action, targets, replacement = "new", [], new_entry
+        _retire(plan, targets, replacement, action)
+        plan.inserts.append(replacement)
         LEDGER.count(f"consolidation.{action}")
+
+    def _merged(self, user_id: str, episode: Episode, text: str, targets: list[SemanticEntry]) -> SemanticEntry:
+        """The entry replacing merged ``targets``: sources and event span are the union of theirs and the episode's."""
+        start, end = span_union([(episode.start, episode.end), *((t.event_start, t.event_end) for t in targets)],
+                                self.res.settings.naive_timezone)
+        return SemanticEntry(
+            id=_entry_id(user_id, episode.id, text), user_id=user_id, text=text, vector=self.res.embed(text),
+            source_episode_ids=sorted({episode.id, *(s for t in targets for s in t.source_episode_ids)}),
+            supersedes=[t.id for t in targets], event_start=start, event_end=end)
 
     def forward(self, user_id: str, episode: Episode) -> dspy.Prediction:
         found, evoked = self.insights(user_id, episode)
-        plan = Consolidation()
+        live = self.res.store.list_semantic(user_id)
+        plan = Consolidation(stored={e.id: normalise_fact(e.text) for e in live}, entries={e.id: e for e in live})
         for insight in found:
             self.apply(user_id, episode, insight, plan)
         LEDGER.count("insights", len(found))
         return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
+
+
+def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:
+    """Delete ``targets`` from ``plan``, logging each with the entry that replaces it (``consolidation.deleted``)."""
+    if not targets:
+        return
+    plan.remove([t.id for t in targets])
+    LEDGER.count("consolidation.deleted", len(targets))
+    for t in targets:
+        log.info("consolidation %s deletes %s %r, replaced by %s %r", action, t.id, t.text, replacement.id,
+                 replacement.text)
 
 
 def _ints(raw: object) -> list[int]:

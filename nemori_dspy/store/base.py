@@ -28,8 +28,10 @@ __all__ = ["MemoryStore"]
 class MemoryStore(Protocol):
     """Persistence and exact top-k search for one memory (many users/tenants)."""
 
-    def check_embedder(self, name: str, dim: int) -> None:
-        """Record the embedder on first use; raise ``EmbedderMismatchError`` if it differs later."""
+    def check_embedder(self, name: str, dim: int | None) -> None:
+        """Record the embedder on first use; raise ``EmbedderMismatchError`` if it differs later.
+
+        ``dim=None`` (not known yet): the dimension is recorded from the first stored vectors."""
 
     # --- message buffer
     def add_messages(self, user_id: str, messages: Sequence[Message]) -> list[StoredMessage]:

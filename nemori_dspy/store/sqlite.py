@@ -5,9 +5,9 @@ sqlite-vec, LanceDB or Qdrant local mode, and exact. Vectors are float32 BLOBs, 
 write, cached per user in memory and reloaded when that user's ``generation`` counter changes
 (so another process's writes are seen).
 
-Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for rows
-written by version 1). A version-1 file is migrated in place when opened (one ``ALTER TABLE``
-in a write transaction), so old files stay readable; a file newer than this code is refused.
+Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for older rows);
+3 adds ``semantic.event_start``/``event_end`` (NULL for older rows). An older file is migrated in place when
+opened (``ALTER TABLE`` in one write transaction), so old files stay readable; a newer file is refused.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
-from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage,
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, instant,
                      metadata_matches)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
-SCHEMA_VERSION = 2
+#: 1: first release; 2: ``messages.metadata``; 3: semantic entries carry their event span
+#: (``event_start``/``event_end``, NULL for entries written before). Older files are migrated in place.
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -47,9 +49,22 @@ CREATE TABLE IF NOT EXISTS episodes (user_id TEXT NOT NULL, id TEXT NOT NULL, cu
 CREATE INDEX IF NOT EXISTS episodes_live ON episodes (user_id, live);
 CREATE TABLE IF NOT EXISTS semantic (user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
     vector BLOB NOT NULL, sources TEXT NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL,
-    live INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (user_id, id));
+    live INTEGER NOT NULL DEFAULT 1, event_start TEXT, event_end TEXT, PRIMARY KEY (user_id, id));
 CREATE INDEX IF NOT EXISTS semantic_live ON semantic (user_id, live);
 """
+
+
+#: columns added after version 1: (table, column, SQL type); added by ``_migrate`` when missing.
+_ADDED_COLUMNS = (("messages", "metadata", "TEXT NOT NULL DEFAULT '{}'"), ("semantic", "event_start", "TEXT"),
+                  ("semantic", "event_end", "TEXT"))
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return None if ts is None else ts.isoformat()
+
+
+def _from_iso(text: str | None) -> datetime | None:
+    return None if not text else datetime.fromisoformat(text)
 
 
 def message_key(m: Message) -> str:
@@ -58,6 +73,11 @@ def message_key(m: Message) -> str:
         return m.id
     raw = f"{m.speaker}\x1f{m.timestamp.isoformat()}\x1f{m.content}"
     return "h" + hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _known_dim(value: str | None) -> int | None:
+    """A recorded dimension, or None when unknown (missing, empty, or the 'None' older versions wrote)."""
+    return int(value) if value and value.strip().isdigit() and int(value) > 0 else None
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:
@@ -80,12 +100,17 @@ class SQLiteStore:
     Args:
         path: database file (created with parents); ``":memory:"`` is not supported (use a tmp file).
         busy_timeout_ms: how long a writer waits for a lock before ``StoreError`` (default 30 s).
+        naive_timezone: zone naive timestamps are read in when episodes are ordered by time (the
+            ``naive_timezone`` setting; ``open_store`` passes it).
+    An existing file of an older schema version is migrated in place on opening (see ``SCHEMA_VERSION``).
+
     Raises:
         StoreError: the file exists with a newer schema version.
     """
 
-    def __init__(self, path: str | Path, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: str | Path, busy_timeout_ms: int = 30_000, *, naive_timezone: str = "UTC") -> None:
         self.path = Path(path)
+        self.naive_timezone = naive_timezone
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._busy = busy_timeout_ms
         self._local = threading.local()
@@ -102,10 +127,11 @@ class SQLiteStore:
                              f"({SCHEMA_VERSION}). Fix: upgrade nemori-dspy or use a new db_path.")
         if row is not None and int(row[0]) == SCHEMA_VERSION:
             return
-        with self._tx() as c:
-            cols = {r[1] for r in c.execute("PRAGMA table_info(messages)")}
-            if "metadata" not in cols:  # version 1 → 2 (another process may have migrated meanwhile)
-                c.execute("ALTER TABLE messages ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
+        with self._tx() as c:  # add what is missing (another process may have migrated meanwhile)
+            for table, column, kind in _ADDED_COLUMNS:
+                have = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             c.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     # ------------------------------------------------------------------ plumbing
@@ -150,18 +176,42 @@ class SQLiteStore:
             self._local.conn = None
 
     # ------------------------------------------------------------------ embedder
-    def check_embedder(self, name: str, dim: int) -> None:
-        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs."""
+    def check_embedder(self, name: str, dim: int | None) -> None:
+        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs later.
+
+        ``dim`` may be None (a litellm embedder learns it from its first reply): the name is recorded now
+        and the dimension from the first stored vector (or the first check that knows it); a later
+        known dimension must then match.
+        """
         with self._tx() as c:
             rows = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('embedder','dim')").fetchall())
-            if not rows:
-                c.execute("INSERT INTO meta VALUES ('embedder', ?), ('dim', ?)", (name, str(dim)))
+            if not rows.get("embedder"):
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('embedder', ?)", (name,))
+                rows["embedder"] = name
+            known = _known_dim(rows.get("dim"))
+            if rows["embedder"] == name and known is None and dim is not None:
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
                 return
-        if rows.get("embedder") != name or int(rows.get("dim", -1)) != dim:
+        if rows["embedder"] != name or (dim is not None and known is not None and known != dim):
             raise EmbedderMismatchError(
-                f"{self.path} was built with embedder {rows.get('embedder')!r} ({rows.get('dim')}-d) but is "
-                f"opened with {name!r} ({dim}-d). Fix: configure the original embedder, or use a new db_path "
-                f"and re-ingest (vectors of different models are not comparable).")
+                f"{self.path} was built with embedder {rows['embedder']!r} ({known or 'unknown'}-d) but is "
+                f"opened with {name!r} ({dim or 'unknown'}-d). Fix: configure the original embedder, or use a "
+                f"new db_path and re-ingest (vectors of different models are not comparable).")
+
+    def _settle_dim(self, c: sqlite3.Connection, vectors: Sequence[Sequence[float]]) -> None:
+        """Record the dimension of the first stored vectors if the embedder's was unknown; refuse other sizes."""
+        if not vectors:
+            return
+        rows = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('embedder','dim')").fetchall())
+        known = _known_dim(rows.get("dim"))
+        if known is None and rows.get("embedder"):
+            known = len(vectors[0])
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(known),))
+        bad = sorted({len(v) for v in vectors} - {known}) if known is not None else []
+        if bad:
+            raise EmbedderMismatchError(
+                f"{self.path} holds {known}-d vectors of embedder {rows.get('embedder')!r}; got {bad[0]}-d ones. "
+                "Fix: configure the original embedder (same model and dimensions), or use a new db_path.")
 
     # ------------------------------------------------------------------ messages
     def add_messages(self, user_id: str, messages: Sequence[Message]) -> list[StoredMessage]:
@@ -243,6 +293,7 @@ class SQLiteStore:
             if window != expected:
                 raise StoreError(f"window {window} of user {user_id!r} is stale (next is {expected}); "
                                  "Fix: re-read pending messages and recompute the window.")
+            self._settle_dim(c, [ep.vector for ep in episodes if ep.vector])
             for eid in superseded:
                 c.execute("UPDATE episodes SET live=0 WHERE user_id=? AND id=?", (user_id, eid))
             for ep in episodes:
@@ -267,10 +318,11 @@ class SQLiteStore:
         return self._episode(user_id, row)
 
     def list_episodes(self, user_id: str) -> list[Episode]:
-        """All live episodes, by start time then id, with raw messages."""
-        rows = self._conn().execute(f"SELECT {self._EP_COLS} FROM episodes WHERE user_id=? AND live=1 "
-                                    "ORDER BY start_ts, id", (user_id,)).fetchall()
-        return [self._episode(user_id, r) for r in rows]
+        """All live episodes, by start time (``types.instant``) then id, with raw messages."""
+        rows = self._conn().execute(f"SELECT {self._EP_COLS} FROM episodes WHERE user_id=? AND live=1",
+                                    (user_id,)).fetchall()
+        eps = [self._episode(user_id, r) for r in rows]
+        return sorted(eps, key=lambda e: (instant(e.start, self.naive_timezone), e.id))
 
     def delete_episode(self, user_id: str, episode_id: str) -> None:
         """Delete one live episode (its messages stay processed). Raises ``NotFoundError``."""
@@ -284,8 +336,9 @@ class SQLiteStore:
     def episodes_to_distill(self, user_id: str) -> list[Episode]:
         """Live, not-yet-distilled episodes, in window then start order."""
         rows = self._conn().execute(f"SELECT {self._EP_COLS} FROM episodes WHERE user_id=? AND live=1 AND "
-                                    "distilled=0 ORDER BY window, start_ts, id", (user_id,)).fetchall()
-        return [self._episode(user_id, r) for r in rows]
+                                    "distilled=0", (user_id,)).fetchall()
+        eps = [self._episode(user_id, r) for r in rows]
+        return sorted(eps, key=lambda e: (e.window, instant(e.start, self.naive_timezone), e.id))
 
     # ------------------------------------------------------------------ search
     def _generation(self, user_id: str) -> int:
@@ -357,25 +410,29 @@ class SQLiteStore:
         return [ScoredSemantic(entry=self.get_semantic(user_id, i), score=s) for i, s in hits]
 
     # ------------------------------------------------------------------ semantic
-    _SEM_COLS = "id, text, vector, sources, supersedes, created_at"
+    _SEM_COLS = "id, text, vector, sources, supersedes, created_at, event_start, event_end"
 
     def _entry(self, user_id: str, row: tuple) -> SemanticEntry:
-        sid, text, vec, sources, sup, created = row
+        sid, text, vec, sources, sup, created, ev_start, ev_end = row
         return SemanticEntry(id=sid, user_id=user_id, text=text, vector=np.frombuffer(vec, dtype=np.float32).tolist(),
                              source_episode_ids=json.loads(sources), supersedes=json.loads(sup),
-                             created_at=datetime.fromisoformat(created))
+                             created_at=datetime.fromisoformat(created), event_start=_from_iso(ev_start),
+                             event_end=_from_iso(ev_end))
 
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
                             deletes: Sequence[str]) -> None:
         """Atomically supersede ``deletes``, insert ``inserts`` and mark the episode distilled."""
         with self._tx() as c:
             self._ensure_user(c, user_id)
+            self._settle_dim(c, [e.vector for e in inserts if e.vector])
             for sid in deletes:
                 c.execute("UPDATE semantic SET live=0 WHERE user_id=? AND id=?", (user_id, sid))
             for e in inserts:
-                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live) VALUES (?,?,?,?,?,?,?,1)",
+                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,1)",
                           (e.id, e.text, _unit(e.vector).tobytes(), json.dumps(e.source_episode_ids),
-                           json.dumps(e.supersedes), e.created_at.isoformat(), user_id))
+                           json.dumps(e.supersedes), e.created_at.isoformat(), _iso(e.event_start),
+                           _iso(e.event_end), user_id))
             c.execute("UPDATE episodes SET distilled=1 WHERE user_id=? AND id=?", (user_id, episode_id))
             self._bump(c, user_id)
 

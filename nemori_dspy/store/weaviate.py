@@ -70,14 +70,16 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
-from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage,
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, instant,
                      metadata_matches)
 from .sqlite import message_key
 
 __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
            "INSTALL_HINT"]
 
-SCHEMA_VERSION = 2
+#: 1: first release; 2: ``<prefix>Message`` has ``metadata``; 3: ``<prefix>Semantic`` has ``event_start``/
+#: ``event_end`` (ISO text, "" when unknown). Opening older collections adds the missing properties.
+SCHEMA_VERSION = 3
 DEFAULT_PREFIX = "Nemori"
 INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
 _SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
@@ -190,7 +192,8 @@ _SCHEMA: dict[str, dict[str, str]] = {
                 "start_ts": "text", "end_ts": "text", "supersedes": "text", "created_at": "text",
                 "window_idx": "int", "born": "int", "died": "int", "gone": "int", "distilled_step": "int"},
     "semantic": {"user_id": "key", "eid": "key", "text": "text", "sources": "text", "supersedes": "text",
-                 "created_at": "text", "born": "int", "died": "int", "gone": "int"},
+                 "created_at": "text", "born": "int", "died": "int", "gone": "int", "event_start": "text",
+                 "event_end": "text"},
     "meta": {"kind": "key", "user_id": "key", "tenant": "key", "embedder": "text", "dim": "int",
              "schema_version": "int", "committed": "int", "pending": "int", "next_window": "int"},
 }
@@ -208,6 +211,22 @@ def _properties(w: SimpleNamespace, spec: dict[str, str]) -> list:
             out.append(w.Property(name=name, data_type=w.DataType.TEXT, index_filterable=False,
                                   index_searchable=False))
     return out
+
+
+def _missing_properties(kind: str, existing: Iterable[str]) -> dict[str, str]:
+    """Properties of ``_SCHEMA[kind]`` a collection created by an older version lacks (name → kind).
+
+    Weaviate may report names with a lower-cased first letter, so names are compared case-insensitively."""
+    have = {n.lower() for n in existing}
+    return {name: k for name, k in _SCHEMA[kind].items() if name.lower() not in have}
+
+
+def _iso(ts: datetime | None) -> str:
+    return "" if ts is None else ts.isoformat()
+
+
+def _from_iso(text: Any) -> datetime | None:
+    return datetime.fromisoformat(text) if isinstance(text, str) and text else None
 
 
 @dataclass(frozen=True)
@@ -252,6 +271,7 @@ class WeaviateStore:
         api_key: optional Weaviate API key.
         timeout_s: per-request timeout for queries and writes.
         init_timeout_s: timeout of the connection checks at start-up.
+        naive_timezone: zone naive timestamps are read in when episodes are ordered by time.
     Raises:
         ConfigError: weaviate-client is not installed (names ``pip install 'nemori-dspy[weaviate]'``),
             or ``url``/``prefix`` is malformed.
@@ -260,8 +280,11 @@ class WeaviateStore:
     """
 
     def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, *, grpc_port: int = 50051,
-                 api_key: str | None = None, timeout_s: float = 30.0, init_timeout_s: float = 5.0) -> None:
+                 api_key: str | None = None, timeout_s: float = 30.0, init_timeout_s: float = 5.0,
+                 naive_timezone: str = "UTC") -> None:
         self.url = url
+        self.naive_timezone = naive_timezone
+        self._dim_settled = False
         self.prefix = prefix
         self._names = collection_names(prefix)
         host, port, secure = _parse_url(url)
@@ -295,19 +318,22 @@ class WeaviateStore:
         for kind, name in self._names.items():
             if not self._client.collections.exists(name):
                 self._create_collection(kind, name)
-            cols[kind] = self._client.collections.use(name)
-        self._add_missing_properties(cols["message"], "message")
+                cols[kind] = self._client.collections.use(name)
+            else:
+                cols[kind] = self._client.collections.use(name)
+                self._add_missing_properties(kind, cols[kind])
         return cols
 
-    def _add_missing_properties(self, coll: Any, kind: str) -> None:
-        """Schema migration: add properties a newer version defines to collections an older one made."""
-        have = {p.name for p in coll.config.get().properties}
-        for prop in _properties(self._w, _SCHEMA[kind]):
-            if prop.name not in have:
-                try:
-                    coll.config.add_property(prop)
-                except self._w.exc.UnexpectedStatusCodeError:  # another process added it meanwhile
-                    pass
+    def _add_missing_properties(self, kind: str, coll: Any) -> None:
+        """Schema migration: add the properties an older version's collection lacks (objects stored
+        before read them as absent, e.g. a semantic entry without event time)."""
+        existing = [p.name for p in coll.config.get().properties]
+        for name, spec in _missing_properties(kind, existing).items():
+            try:
+                coll.config.add_property(_properties(self._w, {name: spec})[0])
+            except self._w.exc.UnexpectedStatusCodeError:
+                if name.lower() not in {p.name.lower() for p in coll.config.get().properties}:
+                    raise  # not a concurrent opener that added it first
 
     def _create_collection(self, kind: str, name: str) -> None:
         w = self._w
@@ -339,7 +365,7 @@ class WeaviateStore:
             raise StoreError(f"Weaviate collections {self._names['meta']} at {self.url} have schema version "
                              f"{cfg['schema_version']}, newer than this nemori-dspy ({SCHEMA_VERSION}). Fix: upgrade "
                              "nemori-dspy or use another collection prefix.")
-        if int(cfg.get("schema_version") or 0) < SCHEMA_VERSION:  # properties were added above
+        if int(cfg.get("schema_version") or 0) < SCHEMA_VERSION:  # properties were added by _ensure_collections
             self._cols["meta"].data.update(uuid=_uid("config"), properties={"schema_version": SCHEMA_VERSION})
 
     def close(self) -> None:
@@ -484,18 +510,35 @@ class WeaviateStore:
 
     # ------------------------------------------------------------------ embedder
     @_guarded
-    def check_embedder(self, name: str, dim: int) -> None:
-        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs."""
+    def check_embedder(self, name: str, dim: int | None) -> None:
+        """Record (name, dim) on first use; raise ``EmbedderMismatchError`` naming both if it differs later.
+
+        ``dim`` may be None (a litellm embedder learns it from its first reply): it is recorded as 0
+        (unknown) and filled in from the first stored vector or the first check that knows it.
+        """
         cfg = self._config() or {}
         if not cfg.get("embedder"):
-            self._cols["meta"].data.update(uuid=_uid("config"), properties={"embedder": name, "dim": int(dim)})
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"embedder": name, "dim": int(dim or 0)})
             return
-        if cfg["embedder"] != name or int(cfg.get("dim") or -1) != dim:
+        known = int(cfg.get("dim") or 0) or None
+        if cfg["embedder"] == name and known is None and dim is not None:
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"dim": int(dim)})
+            return
+        if cfg["embedder"] != name or (dim is not None and known is not None and known != dim):
             raise EmbedderMismatchError(
                 f"Weaviate collections '{self._names['meta'][:-4]}*' at {self.url} were built with embedder "
-                f"{cfg['embedder']!r} ({cfg.get('dim')}-d) but are opened with {name!r} ({dim}-d). Fix: configure "
-                "the original embedder, or use another collection prefix and re-ingest (vectors of different "
-                "models are not comparable).")
+                f"{cfg['embedder']!r} ({known or 'unknown'}-d) but are opened with {name!r} ({dim or 'unknown'}-d). "
+                "Fix: configure the original embedder, or use another collection prefix and re-ingest (vectors "
+                "of different models are not comparable).")
+
+    def _settle_dim(self, vectors: Sequence[Sequence[float]]) -> None:
+        """Record the dimension of the first stored vectors if the embedder's was unknown (read once)."""
+        if not vectors or self._dim_settled:
+            return
+        cfg = self._config() or {}
+        if cfg.get("embedder") and not int(cfg.get("dim") or 0):
+            self._cols["meta"].data.update(uuid=_uid("config"), properties={"dim": len(vectors[0])})
+        self._dim_settled = bool(cfg.get("embedder"))
 
     # ------------------------------------------------------------------ messages
     @_guarded
@@ -621,6 +664,7 @@ class WeaviateStore:
             raise StoreError(f"window {window} of user {user_id!r} is stale (next is {expected}); "
                              "Fix: re-read pending messages and recompute the window.")
         user = self._writable_user(user_id)
+        self._settle_dim([ep.vector for ep in episodes if ep.vector])
         k = user.committed + 1
         unique = list({ep.id: ep for ep in episodes}.values())  # a repeated id: the last one wins, as in SQLite
         new = [self._episode_object(user_id, ep, k) for ep in unique]
@@ -680,7 +724,7 @@ class WeaviateStore:
         if user is None:
             return []
         eps = self._episodes(user, self._scan_live(user, "episode"))
-        return sorted(eps, key=lambda e: (e.start.isoformat(), e.id))
+        return sorted(eps, key=lambda e: (instant(e.start, self.naive_timezone), e.id))
 
     @_guarded
     def delete_episode(self, user_id: str, episode_id: str) -> None:
@@ -709,7 +753,7 @@ class WeaviateStore:
             return []
         n = user.committed
         eps = self._episodes(user, self._scan_live(user, "episode", lambda p: int(p["distilled_step"]) > n))
-        return sorted(eps, key=lambda e: (e.window, e.start.isoformat(), e.id))
+        return sorted(eps, key=lambda e: (e.window, instant(e.start, self.naive_timezone), e.id))
 
     # ------------------------------------------------------------------ search
     def _nearest(self, coll: Any, vector: Sequence[float], top_k: int, filters: Any) -> list[tuple[Any, float]]:
@@ -769,7 +813,7 @@ class WeaviateStore:
     def _entry_object(self, user_id: str, e: SemanticEntry, k: int) -> Any:
         props = {"user_id": user_id, "eid": e.id, "text": e.text, "sources": json.dumps(list(e.source_episode_ids)),
                  "supersedes": json.dumps(list(e.supersedes)), "created_at": e.created_at.isoformat(), "born": k,
-                 "died": _NEVER, "gone": _NEVER}
+                 "died": _NEVER, "gone": _NEVER, "event_start": _iso(e.event_start), "event_end": _iso(e.event_end)}
         vector = {_VEC: _unit(e.vector)} if len(e.vector) else None
         return self._w.DataObject(properties=props, uuid=_uid("semantic", user_id, e.id, k), vector=vector)
 
@@ -778,13 +822,15 @@ class WeaviateStore:
         p = o.properties
         return SemanticEntry(id=p["eid"], user_id=user_id, text=p["text"], vector=list((o.vector or {}).get(_VEC, [])),
                              source_episode_ids=json.loads(p["sources"]), supersedes=json.loads(p["supersedes"]),
-                             created_at=datetime.fromisoformat(p["created_at"]))
+                             created_at=datetime.fromisoformat(p["created_at"]),
+                             event_start=_from_iso(p.get("event_start")), event_end=_from_iso(p.get("event_end")))
 
     @_guarded
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
                             deletes: Sequence[str]) -> None:
         """Atomically (one step) supersede ``deletes``, insert ``inserts`` and mark the episode distilled."""
         user = self._writable_user(user_id)
+        self._settle_dim([e.vector for e in inserts if e.vector])
         k = user.committed + 1
         unique = list({e.id: e for e in inserts}.values())  # a repeated id: the last one wins, as in SQLite
         new = [self._entry_object(user_id, e, k) for e in unique]

@@ -50,3 +50,9 @@ def test_construction_settings_change_the_key_answer_settings_do_not():
     base = NemoriSettings()
     assert _key(base.model_copy(update={"window_size": 10})) != _key(base)
     assert _key(base.model_copy(update={"episodes_top_k": 3})) == _key(base)
+
+
+def test_consolidation_floor_and_naive_timezone_change_the_key():
+    base = NemoriSettings()
+    assert _key(base.model_copy(update={"consolidation_min_similarity": None})) != _key(base)
+    assert _key(base.model_copy(update={"naive_timezone": "Asia/Shanghai"})) != _key(base)

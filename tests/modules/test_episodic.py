@@ -176,3 +176,48 @@ def test_a_window_spanning_two_conversations_is_cut_at_the_time_gap(tmp_path):
     spans = sorted((ep.start.date().isoformat(), len(ep.message_ids)) for ep in mem.list_episodes("u"))
     assert spans == [("2023-05-08", 6), ("2023-05-25", 4)]
     assert all(int(inp["message_count"]) in (6, 4) for name, inp in lm.prompts if name == "PartitionMessages")
+
+
+# --- naive and offset-carrying timestamps of one user in one window
+
+MIXED = [  # (id, timestamp as sent); with naive = UTC the moments are 14:00, 15:30, 16:00 and 01:00 (+1 day)
+    ("m1", "2023-05-24T14:00:00"), ("m2", "2023-05-24T23:30:00+08:00"),
+    ("m3", "2023-05-24T16:00:00"), ("m4", "2023-05-25T09:00:00+08:00"),
+]
+
+
+def _mixed(tmp_path, **settings):
+    responders = default_responders()
+    responders["PartitionMessages"] = lambda i: chat_reply(groups=[list(range(1, int(i["message_count"]) + 1))])
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=20, **settings))
+        mem.add_messages("u", [{"speaker": "Caroline", "content": f"message {mid}", "timestamp": ts, "id": mid}
+                               for mid, ts in MIXED])
+        report = mem.flush("u")
+    return mem, report, lm
+
+
+def test_mixed_naive_and_offset_timestamps_flush_and_split_by_real_elapsed_time(tmp_path):
+    mem, report, lm = _mixed(tmp_path)
+    assert not report.parked and mem.status("u")["pending"] == 0
+    eps = mem.list_episodes("u")
+    # m3 → m4 is 9 h of real time (> 6 h): cut there; m1..m3 are 2 h apart in all
+    assert [ep.message_ids for ep in eps] == [["m1", "m2", "m3"], ["m4"]]
+    first = eps[0]
+    assert first.start == datetime(2023, 5, 24, 14, 0) and first.end == datetime(2023, 5, 24, 16, 0)
+    # prompts keep each message's own clock time
+    narrated = [inp["messages"] for name, inp in lm.prompts if name == "NarrateEpisode"][0]
+    assert "[2023-05-24 23:30] Caroline: message m2" in narrated and "[2023-05-24 14:00]" in narrated
+
+
+def test_naive_timestamps_are_read_in_the_configured_zone(tmp_path):
+    # naive read in Shanghai time: m1 = 06:00 UTC, m2 = 15:30, m3 = 08:00, m4 = 01:00 (+1 day)
+    mem, report, _ = _mixed(tmp_path, naive_timezone="Asia/Shanghai")
+    assert not report.parked
+    assert sorted(ep.message_ids for ep in mem.list_episodes("u")) == [["m1"], ["m2", "m3"], ["m4"]]
+
+
+def test_an_unknown_naive_timezone_is_a_settings_error():
+    with pytest.raises(ValueError, match="naive_timezone"):
+        NemoriSettings(naive_timezone="Mars/Olympus")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import dspy
 
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.memory import Memory
 from nemori_dspy.modules.pipeline import NemoriPipeline
 from nemori_dspy.modules.resources import Resources
 from nemori_dspy.store.sqlite import SQLiteStore
+from tests.fakes import ScriptedLM, chat_reply, default_responders
 
 NAMES = {
     "episodic.partition.predict", "episodic.narrate.predict", "episodic.select.predict",
@@ -50,3 +54,42 @@ def test_deepcopy_shares_the_store(tmp_path):
     p = _pipeline(tmp_path)
     q = copy.deepcopy(p)
     assert q.res.store is p.res.store and q.response.answer is not p.response.answer
+
+
+# --- re-distilling what memory already holds adds no duplicate facts
+
+def _one_fact_per_message():
+    """Responders: one fact per message line (its text after the timestamp), P_con always 'new'."""
+    responders = default_responders(groups_of=10)
+    responders["DistillPredictionError"] = lambda i: chat_reply(
+        insights=[m.split("] ", 1)[-1] for m in i["episode_messages"].splitlines()])
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="new", targets=[], merged_text="")
+    return responders
+
+
+def _talk(n, start, prefix):
+    return [{"speaker": "Caroline" if i % 2 else "Melanie", "content": f"{prefix} fact number {i}",
+             "timestamp": start + timedelta(minutes=i), "id": f"{prefix}:{i}"} for i in range(1, n + 1)]
+
+
+def test_a_merged_episode_re_distilled_adds_only_the_new_facts(tmp_path):
+    responders = _one_fact_per_message()
+    responders["SelectContinuation"] = lambda i: chat_reply(choice=1)
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem.add_messages("u", _talk(10, datetime(2023, 5, 8, 13, 0), "A"))
+        mem.add_messages("u", _talk(10, datetime(2023, 5, 8, 14, 0), "B"))
+    assert len(mem.list_episodes("u")) == 1  # the second window merged into the first
+    texts = [e.text for e in mem.list_semantic("u")]
+    assert len(texts) == len(set(texts)) == 20
+
+
+def test_a_conversation_re_sent_under_new_ids_adds_no_facts(tmp_path):
+    with dspy.context(lm=ScriptedLM(_one_fact_per_message()), adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        talk = _talk(10, datetime(2023, 5, 8, 13, 0), "A")
+        mem.add_messages("u", talk)
+        before = sorted(e.text for e in mem.list_semantic("u"))
+        mem.add_messages("u", [{**m, "id": "again-" + m["id"]} for m in talk])
+        assert mem.status("u")["to_distill"] == 0
+    assert sorted(e.text for e in mem.list_semantic("u")) == before and len(before) == 10

@@ -57,3 +57,28 @@ def test_no_memory_control_sends_empty_context(tmp_path):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = rg(user_id="u", question="q?", use_memory=False)
     assert pred.context == "" and not pred.retrieved.episodes
+
+
+def test_known_facts_show_event_dates_in_similarity_order_never_the_ingestion_date(tmp_path):
+    """P_ans is told to prefer the most recent memory: facts carry *event* dates for that, and keep
+    their similarity order; an undated (older-store) fact is shown without a date, not with created_at."""
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    written = datetime(2030, 1, 1, 12, 0)
+    store.commit_distillation("u", "e0", [
+        SemanticEntry(id="s-old", user_id="u", text="Caroline lives in Boston.", vector=unit_vector(5), created_at=written,
+                      event_start=datetime(2023, 5, 8, 13, 0), event_end=datetime(2023, 5, 8, 14, 0)),
+        SemanticEntry(id="s-new", user_id="u", text="Caroline moved to Denver.", vector=unit_vector(20), created_at=written,
+                      event_start=datetime(2023, 5, 20, 9, 0), event_end=datetime(2023, 6, 2, 9, 0)),
+        SemanticEntry(id="s-undated", user_id="u", text="Caroline likes hiking.", vector=unit_vector(30),
+                      created_at=written)], [])
+    s = NemoriSettings()
+    rg = ResponseGeneration(Resources(store, TableEmbedder({"q?": [1, 0, 0]}), s), stage_factory(s))
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = rg(user_id="u", question="q?")
+    facts = pred.context.split("Known facts:\n", 1)[1].splitlines()
+    assert facts == ["- (2023-05-08) Caroline lives in Boston.",
+                     "- (2023-05-20 to 2023-06-02) Caroline moved to Denver.", "- Caroline likes hiking."]
+    sent = lm.prompts[-1][1]["context"]
+    assert "(2023-05-20 to 2023-06-02) Caroline moved to Denver." in sent and "2030-01-01" not in sent

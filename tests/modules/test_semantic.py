@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import dspy
+import numpy as np
 import pytest
 
 from nemori_dspy.config import NemoriSettings
@@ -134,3 +135,289 @@ def test_direct_distillation_skips_prediction(tmp_path):
         SemanticDistillation(Resources(store, TableEmbedder({}), s), stage_factory(s))(
             user_id="u", episode=_episode(unit_vector(0)))
     assert "DistillDirect" in lm.calls and "AnticipateEpisode" not in lm.calls
+
+
+# --- consolidation_min_similarity: dissimilar entries never reach P_con, so P_con can never delete them
+
+def _bob_vs_alice(tmp_path, reply: str, **settings):
+    """Store 'Alice lives in Paris.' (cosine 0.06 to the insight) and 'Bob moved house.' (cosine 0.87); the
+    episode yields 'Bob lives in Berlin.' and P_con answers ``reply``. Returns (live texts, lm)."""
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Bob moved house.": unit_vector(np.rad2deg(np.arccos(0.87))),
+                  "Alice lives in Paris.": unit_vector(np.rad2deg(np.arccos(0.06)))})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=["Bob lives in Berlin."])
+    responders["ConsolidateKnowledge"] = lambda i: reply
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({"Bob lives in Berlin.": unit_vector(0)}), None, **settings)(
+            user_id="u", episode=_episode(unit_vector(0)))
+    store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
+    return {e.text for e in store.list_semantic("u")}, lm
+
+
+def test_conflict_naming_an_entry_below_the_similarity_floor_deletes_nothing(tmp_path):
+    # with the floor only [1] 'Bob moved house.' is a candidate: target 2 (Alice without the floor) is out of range
+    live, lm = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""))
+    assert live == {"Bob moved house.", "Alice lives in Paris.", "Bob lives in Berlin."}
+    shown = [inp["existing_entries"] for name, inp in lm.prompts if name == "ConsolidateKnowledge"]
+    assert shown == ["[1] Bob moved house."]
+    assert "consolidation.deleted" not in LEDGER.counters
+
+
+def test_without_the_floor_p_con_sees_and_can_delete_an_unrelated_entry(tmp_path):
+    """``consolidation_min_similarity=None`` is the paper's behaviour: the top K_m whatever their cosine."""
+    live, _ = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""),
+                            consolidation_min_similarity=None)
+    assert "Alice lives in Paris." not in live
+
+
+def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Alice lives in Paris.": unit_vector(np.rad2deg(np.arccos(0.06))),
+                  "Melanie paints.": unit_vector(np.rad2deg(np.arccos(0.49)))})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=["Bob lives in Berlin."])
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="conflict", targets=[1, 2], merged_text="")
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({"Bob lives in Berlin.": unit_vector(0)}), None)(
+            user_id="u", episode=_episode(unit_vector(0)))
+    assert "ConsolidateKnowledge" not in lm.calls
+    assert [e.text for e in pred.inserts] == ["Bob lives in Berlin."] and pred.deletes == []
+    assert LEDGER.counters["consolidation.new"] == 1
+
+
+def test_a_lower_floor_lets_the_entry_through(tmp_path):
+    live, lm = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""),
+                             consolidation_min_similarity=0.05)
+    assert "Alice lives in Paris." not in live
+
+
+def test_every_deletion_is_logged_with_both_texts_and_counted(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="nemori_dspy.modules.semantic"):
+        live, _ = _bob_vs_alice(tmp_path, chat_reply(action="merge", targets=[1],
+                                                     merged_text="Bob moved house to Berlin."))
+    assert "Bob moved house." not in live and "Bob moved house to Berlin." in live
+    assert LEDGER.counters["consolidation.deleted"] == 1
+    line = [r.getMessage() for r in caplog.records if "deletes" in r.getMessage()]
+    assert len(line) == 1 and "'Bob moved house.'" in line[0] and "'Bob moved house to Berlin.'" in line[0]
+
+
+def test_similarity_floor_accepts_off_words():
+    assert NemoriSettings(consolidation_min_similarity="off").consolidation_min_similarity is None
+    with pytest.raises(ValueError):
+        NemoriSettings(consolidation_min_similarity=1.5)
+
+
+# --- exact duplicates (case, whitespace, trailing punctuation) are not stored twice and cost no P_con call
+
+def test_an_insight_already_stored_is_skipped_without_p_con(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Caroline  likes dogs.": unit_vector(10)})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(
+        insights=["caroline likes dogs", "Caroline adopted Rex.", "Caroline adopted Rex!"])
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None, consolidation_min_similarity=None)(
+            user_id="u", episode=_episode(unit_vector(0)))
+    new = [e for e in pred.inserts if e.id != "s0"]
+    assert [e.text for e in new] == ["Caroline adopted Rex."] and pred.deletes == []
+    # the stored one is not copied, only re-dated in place (same id) to the episode that restated it
+    [redated] = [e for e in pred.inserts if e.id == "s0"]
+    assert redated.text == "Caroline  likes dogs." and redated.event_start == datetime(2023, 5, 8, 13, 0)
+    assert lm.calls.get("ConsolidateKnowledge", 0) == 1  # only for the one new insight
+    assert LEDGER.counters["insight_duplicates_skipped"] == 1
+
+
+def test_an_insight_equal_to_one_pending_in_the_same_episode_is_skipped(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    plan_texts = ["Bob lives in Berlin.", "Bob moved to Berlin in 2022.", "bob has lived in berlin since 2022"]
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=plan_texts)
+    # P_con merges the second insight into the first; the third then repeats the pending merged entry
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="merge", targets=[1],
+                                                              merged_text="Bob has lived in Berlin since 2022.")
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+    assert [e.text for e in pred.inserts] == ["Bob has lived in Berlin since 2022."]
+    assert LEDGER.counters["insight_duplicates_skipped"] == 1 and lm.calls["ConsolidateKnowledge"] == 1
+
+
+def test_a_deleted_entry_does_not_count_as_a_duplicate():
+    from nemori_dspy.modules.semantic import Consolidation
+
+    plan = Consolidation(stored={"s0": "bob lives in berlin"})
+    assert plan.holds("Bob lives in Berlin.")
+    plan.remove(["s0"])
+    assert not plan.holds("Bob lives in Berlin.")
+
+
+# --- machine noise: never sent to P_dis as content, never stored as a fact
+
+TB = 'Traceback (most recent call last):\n  File "/app/run.py", line 3, in <module>\n    go()\nValueError: bad row'
+
+
+def _noisy_episode(contents: list[str]) -> Episode:
+    ts = datetime(2023, 5, 8, 13, 0)
+    msgs = [StoredMessage(user_id="u", id=f"D1:{i}", seq=i, speaker="agent" if "ok" in c or "Trace" in c else "Caroline",
+                          content=c, timestamp=ts) for i, c in enumerate(contents, 1)]
+    return Episode(id="ep_noisy", user_id="u", cue="Caroline and the worker", narrative="n",
+                   message_ids=[m.id for m in msgs], messages=msgs, start=ts, end=ts, vector=unit_vector(0))
+
+
+def _distill_noisy(tmp_path, contents, insights):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=insights)
+    lm = ScriptedLM(responders)
+    ep = _noisy_episode(contents)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=ep)
+    return pred, lm, ep
+
+
+def test_tracebacks_and_heartbeats_are_not_sent_to_the_distiller(tmp_path):
+    pred, lm, ep = _distill_noisy(tmp_path, [TB, "[heartbeat] ok", "I adopted a dog named Rex!"],
+                                  ["Caroline adopted a dog named Rex.", "ValueError: bad row"])
+    sent = [inp["episode_messages"] for name, inp in lm.prompts if name == "DistillPredictionError"][0]
+    assert "Rex" in sent and "Traceback" not in sent and "heartbeat" not in sent
+    assert [e.text for e in pred.inserts] == ["Caroline adopted a dog named Rex."]  # the quoted error is dropped
+    assert ep.messages[0].content == TB  # the raw messages stay as they were
+    assert LEDGER.counters["noise_messages_skipped"] == 2 and LEDGER.counters["noise_insights_dropped"] == 1
+
+
+def test_an_episode_of_noise_only_is_not_distilled(tmp_path):
+    pred, lm, _ = _distill_noisy(tmp_path, [TB, "HEARTBEAT seq=7"], ["The worker failed."])
+    assert pred.inserts == [] and pred.deletes == [] and lm.calls == {}
+
+
+def test_an_empty_insight_list_parses_and_stores_nothing(tmp_path):
+    pred, lm, _ = _distill_noisy(tmp_path, ["We just said hello."], [])
+    assert pred.inserts == [] and pred.insights == [] and LEDGER.counters.get("retries", 0) == 0
+
+
+# --- event time: a fact carries the span of its source episodes, never its ingestion time
+
+INGESTED = datetime(2030, 1, 1, 12, 0)  # a distinctive created_at: it must never reach a prompt
+
+
+def _spanning_episode(vec) -> Episode:
+    """An episode whose messages run from 8 May 2023 13:00 to 9 May 2023 10:00."""
+    t0, t1 = datetime(2023, 5, 8, 13, 0), datetime(2023, 5, 9, 10, 0)
+    msgs = [StoredMessage(user_id="u", id=f"D1:{i}", seq=i, speaker="Caroline", content=c, timestamp=t)
+            for i, (c, t) in enumerate([("I adopted a dog named Rex.", t0), ("Rex loves the park.", t1)], 1)]
+    return Episode(id="ep_new", user_id="u", cue="Caroline adopts Rex", narrative="Caroline adopted a dog.",
+                   message_ids=[m.id for m in msgs], messages=msgs, start=t0, end=t1, vector=vec)
+
+
+def _seed_dated(store, entries: dict[str, tuple[list[float], datetime, datetime]]):
+    store.check_embedder("table-3", 3)
+    rows = [SemanticEntry(id=f"s{i}", user_id="u", text=t, vector=v, event_start=a, event_end=b, created_at=INGESTED)
+            for i, (t, (v, a, b)) in enumerate(entries.items())]
+    store.commit_distillation("u", "ep_seed", rows, [])
+
+
+def _dated_run(tmp_path, reply: str, insight="Caroline adopted a dog named Rex."):
+    """Stored: 'Caroline likes dogs.' (1-2 Apr 2023, cos 0.98 to the insight), 'Caroline has no pets.'
+    (10 Mar 2023, cos 0.94); the spanning episode yields ``insight`` and P_con answers ``reply``."""
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed_dated(store, {"Caroline likes dogs.": (unit_vector(10), datetime(2023, 4, 1, 9), datetime(2023, 4, 2, 18)),
+                        "Caroline has no pets.": (unit_vector(20), datetime(2023, 3, 10, 8), datetime(2023, 3, 10, 8))})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=[insight])
+    responders["ConsolidateKnowledge"] = lambda i: reply
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({insight: unit_vector(5)}), None)(user_id="u",
+                                                                       episode=_spanning_episode(unit_vector(0)))
+    store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
+    return {e.text: e for e in store.list_semantic("u")}, lm
+
+
+def test_a_distilled_entry_spans_its_episode_not_its_ingestion(tmp_path):
+    live, _ = _dated_run(tmp_path, chat_reply(action="new", targets=[], merged_text=""))
+    e = live["Caroline adopted a dog named Rex."]
+    assert (e.event_start, e.event_end) == (datetime(2023, 5, 8, 13, 0), datetime(2023, 5, 9, 10, 0))
+    assert e.created_at.year >= 2024  # written now, kept apart
+
+
+def test_a_merge_unions_the_spans_of_its_targets_and_the_episode(tmp_path):
+    # the model copies a date prefix into merged_text: it is removed, the span says it instead
+    live, _ = _dated_run(tmp_path, chat_reply(action="merge", targets=[1, 2],
+                                              merged_text="(2023-03-10 to 2023-05-09) Caroline had no pets, "
+                                                          "likes dogs and adopted Rex."))
+    merged = live["Caroline had no pets, likes dogs and adopted Rex."]
+    assert (merged.event_start, merged.event_end) == (datetime(2023, 3, 10, 8), datetime(2023, 5, 9, 10, 0))
+    assert set(live) == {"Caroline had no pets, likes dogs and adopted Rex."}
+
+
+def test_a_conflict_replacement_spans_only_the_new_episode(tmp_path):
+    live, _ = _dated_run(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""))
+    e = live["Caroline adopted a dog named Rex."]
+    assert e.supersedes == ["s1"] and e.event_start == datetime(2023, 5, 8, 13, 0)
+    assert "Caroline has no pets." not in live
+
+
+def test_p_con_sees_the_event_dates_of_insight_and_candidates_never_the_ingestion_date(tmp_path):
+    _, lm = _dated_run(tmp_path, chat_reply(action="new", targets=[], merged_text=""))
+    con = [inp for name, inp in lm.prompts if name == "ConsolidateKnowledge"][0]
+    assert con["insight"] == "(2023-05-08 to 2023-05-09) Caroline adopted a dog named Rex."
+    assert con["existing_entries"] == ("[1] (2023-04-01 to 2023-04-02) Caroline likes dogs.\n"
+                                       "[2] (2023-03-10) Caroline has no pets.")
+    today = datetime.now().strftime("%Y-%m-%d")
+    for _, inputs in lm.prompts:
+        assert all("2030-01-01" not in v and today not in v for v in inputs.values())
+
+
+def test_p_ant_known_facts_carry_event_dates(tmp_path):
+    _, lm = _dated_run(tmp_path, chat_reply(action="new", targets=[], merged_text=""))
+    ant = [inp for name, inp in lm.prompts if name == "AnticipateEpisode"][0]
+    assert "(2023-04-01 to 2023-04-02) Caroline likes dogs." in ant["known_facts"]
+    assert "(2023-03-10) Caroline has no pets." in ant["known_facts"]
+    assert "2030-01-01" not in ant["known_facts"]
+
+
+def test_a_merge_of_an_undated_entry_keeps_the_episode_span(tmp_path):
+    """Entries stored before event times were kept have none: a merge takes the known spans only."""
+    store, _, live = _consolidate(tmp_path, chat_reply(
+        action="merge", targets=[1], merged_text="Caroline loves dogs and adopted Rex in May 2023."))
+    merged = live["Caroline loves dogs and adopted Rex in May 2023."]
+    assert merged.event_start == merged.event_end == datetime(2023, 5, 8, 13, 0)
+
+
+def test_a_fact_restated_later_is_re_dated_not_duplicated(tmp_path):
+    """'Caroline lives in Boston.' stated in March and again on 8-9 May: no second copy and no P_con call,
+    but the stored entry's span grows to cover May, so it is not mistaken for older than a fact of April."""
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed_dated(store, {"Caroline lives in Boston.": (unit_vector(10), datetime(2023, 3, 1, 9), datetime(2023, 3, 1, 9))})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=["caroline lives in boston"])
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_spanning_episode(unit_vector(0)))
+    store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
+    [e] = store.list_semantic("u")
+    assert (e.id, e.text) == ("s0", "Caroline lives in Boston.")
+    assert (e.event_start, e.event_end) == (datetime(2023, 3, 1, 9), datetime(2023, 5, 9, 10, 0))
+    assert "ep_new" in e.source_episode_ids
+    assert "ConsolidateKnowledge" not in lm.calls and LEDGER.counters["insight_duplicates_redated"] == 1
+    # the same episode again changes nothing
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        again = _module(store, TableEmbedder({}), None)(user_id="u", episode=_spanning_episode(unit_vector(0)))
+    assert again.inserts == [] and again.deletes == []
+
+
+def test_a_re_dated_entry_is_one_candidate_and_a_conflict_on_it_deletes_the_stored_entry(tmp_path):
+    from nemori_dspy.modules.semantic import Consolidation
+
+    old = SemanticEntry(id="s0", user_id="u", text="Bob lives in Paris.", vector=[1.0, 0.0, 0.0])
+    plan = Consolidation(stored={"s0": "bob lives in paris"}, entries={"s0": old})
+    assert plan.redate("Bob lives in Paris", _spanning_episode(unit_vector(0)))
+    assert [e.id for e in plan.inserts] == ["s0"] and plan.inserts[0].event_start == datetime(2023, 5, 8, 13, 0)
+    plan.remove(["s0"])
+    assert plan.inserts == [] and plan.deletes == ["s0"]

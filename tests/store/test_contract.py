@@ -553,3 +553,73 @@ def test_delete_pending_message(store, new_user):
     assert store.delete_message(u, "m1") == {"episodes": [], "semantic": [], "requeued": []}
     assert [m.id for m in store.pending_messages(u)] == ["m2"]
     assert store.stats(u)["messages"] == 1
+
+
+# --------------------------------------------------------------------------- mixed timestamp kinds
+def test_naive_and_offset_timestamps_round_trip_and_order_by_instant(store, new_user):
+    """A naive and an offset-carrying timestamp keep their own clock time and order by the moment they
+    denote (naive read as UTC by default): 23:30+08:00 (15:30 UTC) comes before a naive 20:00."""
+    u = new_user()
+    aware = datetime.fromisoformat("2023-05-24T23:30:00+08:00")
+    naive = datetime(2023, 5, 24, 20, 0)
+    store.add_messages(u, [Message(speaker="Alice", content="late in Shanghai", timestamp=aware, id="a"),
+                           Message(speaker="Bob", content="evening, naive", timestamp=naive, id="n")])
+    assert [m.timestamp for m in store.get_messages(u, ["a", "n"])] == [aware, naive]
+    eps = [Episode(id=eid, user_id=u, cue=eid, narrative=eid, message_ids=[mid], start=ts, end=ts,
+                   vector=[1.0, 0.0, 0.0], window=0) for eid, mid, ts in (("e-naive", "n", naive),
+                                                                          ("e-aware", "a", aware))]
+    store.commit_window(u, store.next_window(u), eps, [])
+    listed = store.list_episodes(u)
+    assert [e.id for e in listed] == ["e-aware", "e-naive"]
+    assert listed[0].start == aware and listed[0].start.utcoffset() == timedelta(hours=8)
+    assert listed[1].start.tzinfo is None
+    assert [e.id for e in store.episodes_to_distill(u)] == ["e-aware", "e-naive"]
+
+
+def test_an_embedder_of_unknown_dimension_is_recorded_from_the_first_vectors(backend: Backend, store, new_user):
+    """A litellm embedder knows its dimension only after its first reply: the store records the name at
+    once and the dimension from the first stored vectors; reopening with it (still unknown) opens, a
+    known other dimension or another name is refused."""
+    if not backend.fresh_namespace:
+        pytest.skip(f"{backend.name}: cannot open an isolated empty store")
+    u = new_user()
+    store.check_embedder("openai/text-embedding-3-small", None)
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_NEAR)], [])
+    store.close()
+    again = backend.reopen()
+    again.check_embedder("openai/text-embedding-3-small", None)
+    again.check_embedder("openai/text-embedding-3-small", len(E_NEAR))
+    with pytest.raises(EmbedderMismatchError):
+        again.check_embedder("openai/text-embedding-3-small", len(E_NEAR) + 1)
+    with pytest.raises(EmbedderMismatchError):
+        again.check_embedder("all-MiniLM-L6-v2", None)
+
+
+# --------------------------------------------------------------------------- event time of semantic entries
+def test_semantic_event_times_round_trip_apart_from_ingestion_time(backend: Backend, store, new_user):
+    """A fact keeps the span of its source episodes (naive or offset-carrying, as given) next to, and
+    distinct from, its ``created_at``; an entry stored without event time reads back as None."""
+    u = new_user()
+    naive_start, naive_end = datetime(2023, 5, 8, 13, 56), datetime(2023, 6, 2, 9, 0)
+    aware = datetime.fromisoformat("2023-05-24T23:30:00+08:00")
+    spanned = SemanticEntry(id="s-span", user_id=u, text="Caroline adopted a dog.", vector=E_SAME,
+                            source_episode_ids=["e0"], event_start=naive_start, event_end=naive_end)
+    offset = SemanticEntry(id="s-aware", user_id=u, text="Bob moved.", vector=E_NEAR, source_episode_ids=["e0"],
+                           event_start=aware, event_end=aware)
+    undated = entry(u, "s-undated", E_ORTHO)
+    store.add_messages(u, [msg(1)])
+    store.commit_window(u, 0, [episode(u, "e0", ["m1"], E_SAME)], [])
+    store.commit_distillation(u, "e0", [spanned, offset, undated], [])
+    store.close()
+    again = backend.reopen()
+
+    got = {e.id: e for e in again.list_semantic(u)}
+    assert (got["s-span"].event_start, got["s-span"].event_end) == (naive_start, naive_end)
+    assert got["s-span"].event_start.tzinfo is None
+    assert got["s-aware"].event_start == aware and got["s-aware"].event_start.utcoffset() == timedelta(hours=8)
+    assert got["s-undated"].event_start is None and got["s-undated"].event_end is None
+    assert got["s-span"].created_at.year >= 2024  # ingestion time: kept, and not the event time
+    assert again.get_semantic(u, "s-span").event_end == naive_end
+    hit = again.search_semantic(u, Q, top_k=1)[0].entry
+    assert (hit.id, hit.event_start, hit.event_end) == ("s-span", naive_start, naive_end)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -127,13 +128,13 @@ def test_open_store_builds_the_configured_backend(tmp_path, monkeypatch):
     made = {}
 
     class Recorder:
-        def __init__(self, url, prefix):
-            made.update(url=url, prefix=prefix)
+        def __init__(self, url, prefix, naive_timezone):
+            made.update(url=url, prefix=prefix, naive_timezone=naive_timezone)
 
     monkeypatch.setattr("nemori_dspy.store.WeaviateStore", Recorder)
-    settings = NemoriSettings(store="weaviate", weaviate_url="http://localhost:8080")
+    settings = NemoriSettings(store="weaviate", weaviate_url="http://localhost:8080", naive_timezone="Europe/Berlin")
     open_store(settings, tmp_path / "memory" / "3fa9c1 ..;x.sqlite3")
-    assert made["url"] == "http://localhost:8080"
+    assert made["url"] == "http://localhost:8080" and made["naive_timezone"] == "Europe/Berlin"
     assert made["prefix"] == "Nemori_3fa9c1____x"
     collection_names(made["prefix"])  # a valid prefix
     open_store(settings)
@@ -169,3 +170,45 @@ def test_pending_rule_of_rebuffered_and_deleted_messages():
     assert not wv._pending(requeued, 4) and wv._pending(requeued, 5)   # visible from its commit on
     assert not wv._pending({**requeued, "reprocessed_step": 7}, 7) and wv._pending({**requeued, "reprocessed_step": 7}, 6)
     assert not wv._pending({"processed_step": never, "deleted_step": 2}, 2)
+
+
+# --------------------------------------------------------------------------- event time (schema version 2)
+def _bare_store() -> WeaviateStore:
+    """A WeaviateStore with no connection: enough for its object <-> record mapping."""
+    s = WeaviateStore.__new__(WeaviateStore)
+    s._w = wv._import_weaviate()
+    return s
+
+
+def test_semantic_objects_carry_event_times_apart_from_created_at():
+    from datetime import datetime
+
+    from nemori_dspy.types import SemanticEntry
+
+    start, end = datetime(2023, 5, 8, 13, 56), datetime.fromisoformat("2023-06-02T09:00:00+08:00")
+    e = SemanticEntry(id="s1", user_id="u", text="Caroline adopted a dog.", vector=[1.0, 0.0],
+                      event_start=start, event_end=end)
+    obj = _bare_store()._entry_object("u", e, 3)
+    assert obj.properties["event_start"] == start.isoformat() and obj.properties["event_end"] == end.isoformat()
+    assert obj.properties["created_at"] == e.created_at.isoformat()
+    back = WeaviateStore._entry("u", SimpleNamespace(properties=obj.properties, vector={"default": [1.0, 0.0]}))
+    assert (back.event_start, back.event_end, back.created_at) == (start, end, e.created_at)
+    undated = _bare_store()._entry_object("u", SemanticEntry(id="s2", user_id="u", text="x", vector=[1.0]), 3)
+    assert undated.properties["event_start"] == "" == undated.properties["event_end"]
+    # an object written by schema version 1 has no such properties: no event time
+    v1 = {k: v for k, v in obj.properties.items() if not k.startswith("event_")}
+    old = WeaviateStore._entry("u", SimpleNamespace(properties=v1, vector=None))
+    assert old.event_start is None and old.event_end is None
+
+
+def test_opening_version_1_collections_adds_the_event_properties():
+    assert wv.SCHEMA_VERSION == 3
+    v1_semantic = [n for n in wv._SCHEMA["semantic"] if not n.startswith("event_")]
+    assert wv._missing_properties("semantic", v1_semantic) == {"event_start": "text", "event_end": "text"}
+    assert wv._missing_properties("semantic", [n[0].lower() + n[1:] for n in wv._SCHEMA["semantic"]]) == {}
+    added = []
+    props = [SimpleNamespace(name=n) for n in v1_semantic]
+    coll = SimpleNamespace(config=SimpleNamespace(get=lambda: SimpleNamespace(properties=props),
+                                                  add_property=added.append))
+    _bare_store()._add_missing_properties("semantic", coll)
+    assert [(p.name, p.dataType.value) for p in added] == [("event_start", "text"), ("event_end", "text")]

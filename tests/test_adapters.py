@@ -1,0 +1,90 @@
+"""Lenient adapters: "nothing" replies to a flat list field parse as [], prompts are unchanged."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from nemori_dspy.adapters import LenientChatAdapter, LenientJSONAdapter, is_empty_reply, make_adapter
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.modules.pipeline import stage_factory
+from nemori_dspy.signatures import ConsolidateKnowledge, DistillDirect, DistillPredictionError, signature_hash
+from nemori_dspy.usage import LEDGER
+from tests.fakes import ScriptedLM, chat_reply, default_responders
+
+EMPTY = ["", "none", "None", "NULL", "null", "N/A", "nothing", "[None]", "[null]", "- none", "No new insights.",
+         "'none'", "`[]`", "[ ]"]
+
+
+@pytest.mark.parametrize("text", EMPTY)
+def test_empty_like_replies_are_recognised(text):
+    assert is_empty_reply(text)
+
+
+@pytest.mark.parametrize("text", ["Caroline has none.", "Caroline adopted a dog.", "['Caroline adopted a dog.']",
+                                  "none of them", "nobody"])
+def test_statements_are_not_empty(text):
+    assert not is_empty_reply(text)
+
+
+def _insights(reply: str, sig=DistillPredictionError) -> tuple[object, ScriptedLM]:
+    responders = default_responders()
+    responders[sig.__name__] = lambda i: f"[[ ## insights ## ]]\n{reply}\n\n[[ ## completed ## ]]"
+    lm = ScriptedLM(responders)
+    inputs = ({"episode_messages": "[2023-05-08 13:00] Caroline: hi", "predicted_episode": "They talked."}
+              if sig is DistillPredictionError else {"episode_messages": "[2023-05-08 13:00] Caroline: hi"})
+    with dspy.context(lm=lm, adapter=LenientChatAdapter()):
+        return dspy.Predict(sig)(**inputs).insights, lm
+
+
+@pytest.mark.parametrize("reply", EMPTY)
+@pytest.mark.parametrize("sig", [DistillPredictionError, DistillDirect])
+def test_a_nothing_reply_of_p_dis_is_an_empty_list_in_one_call(reply, sig):
+    got, lm = _insights(reply, sig)
+    assert got == [] and lm.calls == {sig.__name__: 1}  # no JSON-adapter fallback call
+
+
+def test_real_insights_and_unparseable_replies_are_untouched():
+    assert _insights('["Caroline adopted a dog."]')[0] == ["Caroline adopted a dog."]
+    with pytest.raises(Exception):  # DSPy's own parse error, as with the plain adapter
+        _insights("Caroline adopted a dog.")
+
+
+def test_p_con_targets_none_is_an_empty_list():
+    lm = ScriptedLM({**default_responders(), "ConsolidateKnowledge": lambda i: chat_reply(
+        action="new", targets="none", merged_text="")})
+    with dspy.context(lm=lm, adapter=LenientChatAdapter()):
+        d = dspy.Predict(ConsolidateKnowledge)(insight="Bob lives in Berlin.", existing_entries="[1] Bob moved.")
+    assert d.targets == [] and lm.calls == {"ConsolidateKnowledge": 1}
+
+
+def test_the_json_adapter_reads_null_insights_as_empty():
+    sig = DistillPredictionError
+    assert LenientJSONAdapter().parse(sig, '{"insights": null}') == {"insights": []}
+    assert LenientJSONAdapter().parse(sig, '{"insights": "none"}') == {"insights": []}
+    assert LenientJSONAdapter().parse(sig, '{"insights": ["a"]}') == {"insights": ["a"]}
+    with pytest.raises(Exception):
+        LenientJSONAdapter().parse(sig, '{"insights": "Caroline adopted a dog."}')
+
+
+@pytest.mark.parametrize("sig", [DistillPredictionError, DistillDirect, ConsolidateKnowledge])
+def test_the_rendered_prompt_and_signature_hash_are_dspys(sig):
+    inputs = {name: "x" for name in sig.input_fields}
+    for plain, lenient in ((dspy.ChatAdapter(), LenientChatAdapter()), (dspy.JSONAdapter(), LenientJSONAdapter())):
+        assert lenient.format(sig, [], inputs) == plain.format(sig, [], inputs)
+    assert {signature_hash(DistillPredictionError), signature_hash(DistillDirect)} == {"5057ec541365",
+                                                                                       "a747f3f4efcf"}
+
+
+def test_the_setting_picks_the_adapter():
+    assert type(make_adapter("chat")) is LenientChatAdapter and type(make_adapter("json")) is LenientJSONAdapter
+
+
+def test_a_nothing_reply_through_the_stage_costs_no_retry():
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: "[[ ## insights ## ]]\nNone\n\n[[ ## completed ## ]]"
+    lm = ScriptedLM(responders)
+    stage = stage_factory(NemoriSettings())("distill")
+    with dspy.context(lm=lm, adapter=LenientChatAdapter()):
+        assert stage(episode_messages="m", predicted_episode="p").insights == []
+    assert LEDGER.counters.get("retries", 0) == 0 and lm.calls == {"DistillPredictionError": 1}
