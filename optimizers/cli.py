@@ -41,11 +41,12 @@ def optimize_command(args: argparse.Namespace) -> int:
     from nemori_dspy.cli import _ids, _program_state, _run_dir, _settings, resolve_dataset
     from nemori_dspy.eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from nemori_dspy.optimizers.datasets import check_split
-    from nemori_dspy.optimizers.optimize import Budget
+    from nemori_dspy.optimizers.optimize import Budget, check_available
     from nemori_dspy.optimizers.tune import parse_stages
     from nemori_dspy.usage import LEDGER
 
     stages = parse_stages(args.stage, end_to_end=args.metric == "end-to-end")
+    check_available(args.optimizer)
     logging.getLogger("dspy.teleprompt").setLevel(logging.INFO)  # optimizer progress (iterations, trial scores)
     settings = _settings(args)
     train_ids, dev_ids = _ids(args.train) or [], _ids(args.dev) or []

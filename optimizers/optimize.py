@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from nemori_dspy.eval.metrics import mean_ci95
 
-__all__ = ["OPTIMIZERS", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program", "DevScore"]
+__all__ = ["OPTIMIZERS", "check_available", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program", "DevScore"]
 
 #: optimizer names accepted by ``make_optimizer`` (the ones dspy 3.4 ships).
 OPTIMIZERS: tuple[str, ...] = ("bootstrap", "labeled", "mipro", "gepa", "simba")
@@ -70,6 +70,22 @@ class Tuner:
         if self.name == "simba":
             self.teleprompter.bsize = max(1, min(self.teleprompter.bsize, len(trainset)))
         return self.teleprompter.compile(student, trainset=trainset, **kw)
+
+
+def check_available(name: str) -> None:
+    """Fail before any model loads when an optimizer's optional dependency is missing.
+
+    Raises:
+        ConfigError: ``mipro`` without ``optuna`` (names the pip command).
+    """
+    if name == "mipro":
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            from nemori_dspy.errors import ConfigError
+
+            raise ConfigError("--optimizer mipro needs optuna (MIPROv2's search). Fix: pip install 'optuna>=3.6' "
+                              "(it is a dependency of nemori-dspy; reinstall with .ci/setup).") from None
 
 
 def make_optimizer(name: str, metric: Metric, budget: Budget | None = None, prompt_model: dspy.BaseLM | None = None,
