@@ -5,7 +5,8 @@ The judge's model and prompt hash are part of every result: a reworded judge is 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import dspy
 
@@ -13,7 +14,7 @@ from ..errors import LLMError
 from ..predict import StagePredict
 from ..signatures import JudgeAnswer, signature_hash
 
-__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH"]
+__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JudgePanel", "as_panel"]
 
 #: sha256[:12] of the judge signature's instruction and fields.
 JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
@@ -51,3 +52,45 @@ class LLMJudge:
 
 
 JudgeFn = Callable[[Any, Any, Any], float]
+
+
+class JudgePanel:
+    """The judges of one eval run and the calibration set they are audited on (``eval/judge_audit.py``).
+
+    Args:
+        judges: metric name → judge metric ``(example, pred) -> float`` with ``model``, ``prompt_hash``
+            and ``failures`` attributes (``LLMJudge``, ``LongMemEvalJudge``); e.g. ``{"judge": generous}``.
+            Each name becomes a score column (``judge``, ``judge_strict``).
+        audit: calibration pairs (``judge_audit.AuditPair``); empty = no audit.
+    """
+
+    def __init__(self, judges: dict[str, Any], audit: Sequence[Any] = ()) -> None:
+        self.judges, self.audit_pairs = dict(judges), list(audit)
+
+    @property
+    def metrics(self) -> list[str]:
+        """The score names this panel adds to every row, in order."""
+        return list(self.judges)
+
+    def score(self, example: Any, answer: str) -> dict[str, float]:
+        """``{metric name: 1.0 | 0.0}`` for one answer to ``example``."""
+        pred = dspy.Prediction(answer=answer)
+        return {name: judge(example, pred) for name, judge in self.judges.items()}
+
+    def info(self) -> dict[str, dict[str, Any]]:
+        """``{metric name: {"model", "prompt_hash", "failures"}}``: what makes each judge's scores comparable."""
+        return {name: {"model": j.model, "prompt_hash": j.prompt_hash, "failures": j.failures}
+                for name, j in self.judges.items()}
+
+    def run_audit(self, out: Path | None = None) -> dict[str, dict[str, Any]] | None:
+        """Every judge on the calibration set (``judge_audit.run_audit``); None without pairs."""
+        from .judge_audit import run_audit
+
+        return run_audit(self.judges, self.audit_pairs, out) if self.audit_pairs else None
+
+
+def as_panel(judge: Any) -> JudgePanel | None:
+    """``None`` → None, a ``JudgePanel`` as is, a single judge → a panel scoring it as ``judge`` (no audit)."""
+    if judge is None or isinstance(judge, JudgePanel):
+        return judge
+    return JudgePanel({"judge": judge})

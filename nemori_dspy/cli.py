@@ -22,6 +22,8 @@ LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/3eb6f2c585f
 _SETTING_FLAGS = ("model", "api_base", "gguf", "models_dir", "local_model_size", "embedder", "embedder_path",
                   "judge_model", "window_size", "adapter", "mlflow_tracking_uri", "mlflow_experiment",
                   "distillation", "n_threads", "n_ctx")
+#: settings flags of the judged evals only (``eval locomo``, ``eval longmemeval``).
+_JUDGE_FLAGS = ("judge_audit",)
 
 
 def _setting_help(name: str) -> str:
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "memory/ keyed by everything that shapes memory, reused by later runs)")
     lo.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
     lo.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
-    for name in _SETTING_FLAGS:
+    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
     _optimize_parser(sub)
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
@@ -153,7 +155,7 @@ def resolve_dataset(path: str | None, settings: Any = None) -> Path:
 def _settings(args: argparse.Namespace) -> Any:
     from .config import load_settings
 
-    overrides = {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k, None) is not None}
+    overrides = {k: getattr(args, k) for k in (*_SETTING_FLAGS, *_JUDGE_FLAGS) if getattr(args, k, None) is not None}
     if args.no_cache:
         overrides["cache"] = False
     return load_settings(**overrides)
@@ -176,7 +178,7 @@ def _ids(text: str | None) -> list[str] | None:
 def _eval_locomo(args: argparse.Namespace) -> int:
     from .embedders import resolve_embedder
     from .eval.cache import CachedMemories, construction_key
-    from .eval.judge import LLMJudge
+    from .eval.judge_audit import locomo_audit_pairs
     from .eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from .eval.runner import EvalOptions, run_locomo
     from .eval.systems import parse_systems
@@ -219,10 +221,10 @@ def _eval_locomo(args: argparse.Namespace) -> int:
             provider: Any = SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl"))
         else:
             provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
-        judge = None if args.no_judge else LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
-                                                    parse_retries=settings.parse_retries, model_label=rt.judge_label)
         opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
                            concurrency=args.concurrency)
+        judge = None if args.no_judge else _locomo_judges(settings, rt, locomo_audit_pairs(
+            conversations, opts.categories, opts.max_questions, settings.judge_audit))
         summary = run_locomo(provider, conversations, opts, judge, out)
         provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
         server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
@@ -241,6 +243,15 @@ def _eval_locomo(args: argparse.Namespace) -> int:
         print(f"MLflow run {run_id} at {tracking_uri(settings)} (view: mlflow ui --backend-store-uri "
               f"{tracking_uri(settings)}; or: nemori-dspy report --run-id {run_id})")
     return 0
+
+
+def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
+    """The LoCoMo judge panel (``eval.judge.JudgePanel``) on the runtime's judge LM, with its calibration set."""
+    from .eval.judge import JudgePanel, LLMJudge
+
+    judge = LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
+                     parse_retries=settings.parse_retries, model_label=rt.judge_label)
+    return JudgePanel({"judge": judge}, audit)
 
 
 def _program_state(path: str | None) -> dict[str, Any] | None:
@@ -286,6 +297,12 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
     print(answer_time_table(summary["rows"], summary["systems"]))
     print("\nScores ×100 per category with 95% CI (n = questions):")
     print(summary["table"])
+    if summary.get("judge_audit"):
+        from .eval.judge_audit import audit_table
+
+        print("\nJudge audit (calibration set from the data: the gold answer must be judged CORRECT, a known-wrong "
+              "answer WRONG; accuracy ×100):")
+        print(audit_table(summary["judge_audit"]))
     for sid, cov in summary["coverage"].items():
         print(f"{sid}: {cov['messages']} turns, {cov['in_one_episode']} in exactly one episode, "
               f"{cov['in_no_episode']} in none, {cov['in_several']} in several; {cov['episodes']} episodes")

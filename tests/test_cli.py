@@ -208,3 +208,25 @@ def test_resume_picks_the_newest_run_that_answered_not_a_failed_start(tmp_path, 
     failed.mkdir()
     args = argparse.Namespace(out=None, resume=True)
     assert _run_dir(args).resolve() == real.resolve()
+
+
+def test_judge_audit_printed_in_summary_and_mlflow_and_off_with_0(tmp_path, scripted_runtime, capsys):
+    import mlflow
+
+    assert _run(tmp_path, "--system", "nemori", "--judge-audit", "2") == 0
+    out = capsys.readouterr().out
+    assert "Judge audit" in out and "gold → CORRECT" in out
+    run_id = out.split("MLflow run ")[1].split()[0]
+    audit = json.loads((tmp_path / "run/summary.json").read_text())["judge_audit"]["judge"]
+    assert (audit["n_gold"], audit["n_wrong"], audit["n"]) == (2, 2, 4)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    metrics = mlflow.get_run(run_id).data.metrics
+    assert metrics["judge_audit.judge.n"] == 4 and metrics["judge_audit.judge.overall"] == audit["overall"]
+    assert "nemori.judge.overall" in metrics and "judge_audit.judge.overall" not in {
+        k for k in metrics if k.startswith("nemori.")}
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    report = capsys.readouterr().out
+    assert "Judge audit" in report and "judge_audit" not in report.split("## Judge audit")[0]
+    assert _run(tmp_path, "--system", "nemori", "--judge-audit", "0", "--no-mlflow", "--out", str(tmp_path / "r0")) == 0
+    assert "Judge audit" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "r0/summary.json").read_text())["judge_audit"] is None
