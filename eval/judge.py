@@ -1,6 +1,9 @@
-"""The LoCoMo LLM judge as a DSPy metric (CORRECT → 1.0, WRONG → 0.0; Appendix D.4.1, mem0's rules).
+"""The LoCoMo LLM judges as DSPy metrics (CORRECT → 1.0, WRONG → 0.0; Appendix D.4.1, mem0's rules).
 
-The judge's model and prompt hash are part of every result: a reworded judge is not comparable.
+Two prompts: the generous ``JudgeAnswer`` (mem0's; scores as ``judge``) and our ``JudgeAnswerStrict``
+(scores as ``judge_strict``): published LoCoMo numbers move from 91% to 35% between judge prompts, so a
+run can report both. The judge's model and prompt hash are part of every result: a reworded judge is not
+comparable.
 """
 
 from __future__ import annotations
@@ -12,40 +15,57 @@ import dspy
 
 from ..errors import LLMError
 from ..predict import StagePredict
-from ..signatures import JudgeAnswer, signature_hash
+from ..signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
+from ..usage import LEDGER
 
-__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JudgePanel", "as_panel"]
+__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel", "as_panel"]
 
 #: sha256[:12] of the judge signature's instruction and fields.
 JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
+#: sha256[:12] of the strict judge signature.
+JUDGE_STRICT_PROMPT_HASH = signature_hash(JudgeAnswerStrict)
+#: ``--judge`` choice → the score names it produces.
+JUDGE_METRICS = {"generous": ["judge"], "strict": ["judge_strict"], "both": ["judge", "judge_strict"]}
 
 
 class LLMJudge:
-    """Callable DSPy metric ``(example, pred, trace=None) -> float`` using ``JudgeAnswer``.
+    """Callable DSPy metric ``(example, pred, trace=None) -> float`` using ``JudgeAnswer`` (or, with
+    ``strict``, ``JudgeAnswerStrict``).
 
     ``example`` needs ``question`` and ``answer`` (gold); ``pred`` needs ``answer``.
-    A judge call that fails after retries scores 0.0 and is counted in ``failures``.
+    A judge call that fails after retries scores 0.0 and is counted in ``failures``. The strict judge's
+    label is checked against its own findings: CORRECT stands only if it also said the key facts are
+    present and nothing contradicts the gold (a deterministic guard; overrides counted as the ledger
+    counter ``judge_strict_overrides``).
 
     Args:
         lm: the judge LM (None = ``dspy.settings.lm``); configurable apart from the answer model.
         max_tokens: output cap for the judge's reasoning + label.
         model_label: what to log as the judge model (e.g. the GGUF file behind ``openai/local``).
+        strict: use the strict prompt (ledger stage ``judge_strict``).
     """
 
     def __init__(self, lm: dspy.BaseLM | None = None, max_tokens: int = 128, parse_retries: int = 1,
-                 model_label: str | None = None) -> None:
-        self.predict = StagePredict(JudgeAnswer, "judge", max_tokens=max_tokens, parse_retries=parse_retries, lm=lm)
+                 model_label: str | None = None, strict: bool = False) -> None:
+        sig, stage = (JudgeAnswerStrict, "judge_strict") if strict else (JudgeAnswer, "judge")
+        self.strict = strict
+        self.predict = StagePredict(sig, stage, max_tokens=max_tokens, parse_retries=parse_retries, lm=lm)
         self.model = model_label or getattr(lm or dspy.settings.lm, "model", "unknown")
-        self.prompt_hash = JUDGE_PROMPT_HASH
+        self.prompt_hash = signature_hash(sig)
         self.failures = 0
 
     def label(self, question: str, gold: str, answer: str) -> str:
         """'CORRECT' or 'WRONG' ('WRONG' when the judge fails; see ``failures``)."""
         try:
-            return str(self.predict(question=question, gold_answer=gold, generated_answer=answer).label)
+            pred = self.predict(question=question, gold_answer=gold, generated_answer=answer)
         except LLMError:
             self.failures += 1
             return "WRONG"
+        label = str(pred.label)
+        if self.strict and label == "CORRECT" and (not pred.key_facts_present or pred.contradicts_gold):
+            LEDGER.count("judge_strict_overrides")
+            return "WRONG"
+        return label
 
     def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
         return 1.0 if self.label(example.question, str(example.answer), str(pred.answer)) == "CORRECT" else 0.0

@@ -24,6 +24,7 @@ _SETTING_FLAGS = ("model", "api_base", "gguf", "models_dir", "local_model_size",
                   "distillation", "n_threads", "n_ctx")
 #: settings flags of the judged evals only (``eval locomo``, ``eval longmemeval``).
 _JUDGE_FLAGS = ("judge_audit",)
+_JUDGE_SETTINGS = (*_JUDGE_FLAGS, "judge_prompt")  # --judge sets judge_prompt
 
 
 def _setting_help(name: str) -> str:
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
     for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
+    lo.add_argument("--judge", dest="judge_prompt", choices=["generous", "strict", "both"], default=None,
+                    help=_setting_help("judge_prompt"))
     _optimize_parser(sub)
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
@@ -155,7 +158,7 @@ def resolve_dataset(path: str | None, settings: Any = None) -> Path:
 def _settings(args: argparse.Namespace) -> Any:
     from .config import load_settings
 
-    overrides = {k: getattr(args, k) for k in (*_SETTING_FLAGS, *_JUDGE_FLAGS) if getattr(args, k, None) is not None}
+    overrides = {k: getattr(args, k) for k in (*_SETTING_FLAGS, *_JUDGE_SETTINGS) if getattr(args, k, None) is not None}
     if args.no_cache:
         overrides["cache"] = False
     return load_settings(**overrides)
@@ -246,12 +249,14 @@ def _eval_locomo(args: argparse.Namespace) -> int:
 
 
 def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
-    """The LoCoMo judge panel (``eval.judge.JudgePanel``) on the runtime's judge LM, with its calibration set."""
-    from .eval.judge import JudgePanel, LLMJudge
+    """The LoCoMo judge panel (``eval.judge.JudgePanel``) on the runtime's judge LM: the prompt(s)
+    ``settings.judge_prompt`` names (``judge``, ``judge_strict``), with its calibration set."""
+    from .eval.judge import JUDGE_METRICS, JudgePanel, LLMJudge
 
-    judge = LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
-                     parse_retries=settings.parse_retries, model_label=rt.judge_label)
-    return JudgePanel({"judge": judge}, audit)
+    return JudgePanel({name: LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
+                                      parse_retries=settings.parse_retries, model_label=rt.judge_label,
+                                      strict=name == "judge_strict")
+                       for name in JUDGE_METRICS[settings.judge_prompt]}, audit)
 
 
 def _program_state(path: str | None) -> dict[str, Any] | None:

@@ -230,3 +230,38 @@ def test_judge_audit_printed_in_summary_and_mlflow_and_off_with_0(tmp_path, scri
     assert _run(tmp_path, "--system", "nemori", "--judge-audit", "0", "--no-mlflow", "--out", str(tmp_path / "r0")) == 0
     assert "Judge audit" not in capsys.readouterr().out
     assert json.loads((tmp_path / "r0/summary.json").read_text())["judge_audit"] is None
+
+
+def test_generous_and_strict_judges_side_by_side(tmp_path, scripted_runtime, capsys):
+    import mlflow
+
+    from nemori_dspy.eval.judge import JUDGE_PROMPT_HASH, JUDGE_STRICT_PROMPT_HASH
+
+    assert _run(tmp_path, "--system", "nemori,no-memory", "--judge", "both", "--judge-audit", "2") == 0
+    out = capsys.readouterr().out
+    header = next(x for x in out.splitlines() if x.startswith("system") and "category" in x)
+    assert "judge" in header.split() and "judge_strict" in header.split()
+    run_id = out.split("MLflow run ")[1].split()[0]
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["judges"]["judge"]["prompt_hash"] == JUDGE_PROMPT_HASH
+    assert summary["judges"]["judge_strict"]["prompt_hash"] == JUDGE_STRICT_PROMPT_HASH
+    assert set(summary["judge_audit"]) == {"judge", "judge_strict"}
+    scores = summary["scores"]["nemori"]
+    assert "judge.overall" in scores and "judge_strict.overall" in scores
+    # the scripted strict judge passes only the gold itself: never more than the generous one
+    assert scores["judge_strict.overall"] <= scores["judge.overall"]
+    assert scripted_runtime.calls["JudgeAnswerStrict"] >= 2 * 3 + 2 * 2  # 2 systems × 3 answers + the audit
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    run = mlflow.get_run(run_id)
+    assert run.data.params["judge.prompt_hash"] == JUDGE_PROMPT_HASH
+    assert run.data.params["judge_strict.prompt_hash"] == JUDGE_STRICT_PROMPT_HASH
+    assert run.data.params["prompt.judge_strict"] == JUDGE_STRICT_PROMPT_HASH
+    assert "nemori.judge_strict.overall" in run.data.metrics and "judge_audit.judge_strict.overall" in run.data.metrics
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    assert "judge_strict" in capsys.readouterr().out
+    # strict alone: its own column, no generous one
+    assert _run(tmp_path, "--system", "nemori", "--judge", "strict", "--no-mlflow", "--out", str(tmp_path / "r2")) == 0
+    scores = json.loads((tmp_path / "r2/summary.json").read_text())["scores"]["nemori"]
+    assert "judge_strict.overall" in scores and "judge.overall" not in scores
+    with pytest.raises(SystemExit):
+        main(["eval", "locomo", "--judge", "lenient"])
