@@ -327,6 +327,19 @@ def _norm_id(message_id: str) -> str:
     return found[0] if len(found) == 1 else str(message_id)
 
 
+_MALFORMED_DIA = re.compile(r"^D[\d:;\s]*$")
+
+
+def _gold_ids(evidence: list[str]) -> list[str]:
+    """Gold evidence ids, deduplicated: LoCoMo dia_ids normalised (malformed ones such as "D" or "D:11:26"
+    dropped), any other id (e.g. LongMemEval's "answer_1:3") kept as is."""
+    out: list[str] = []
+    for raw in evidence:
+        found = normalise_evidence([raw])
+        out += found if found else ([] if _MALFORMED_DIA.match(str(raw).strip()) else [str(raw).strip()])
+    return list(dict.fromkeys(out))
+
+
 def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str], k: int) -> float | None:
     """Share of a question's gold evidence turns that the top-``k`` retrieved items contain.
 
@@ -339,7 +352,8 @@ def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str
             are the turns' ``dia_id`` strings ("D1:3").
         evidence: the question's gold ``evidence`` dia_ids. They are normalised with
             ``eval.locomo.normalise_evidence`` (malformed ids split or dropped, leading zeros
-            removed; see ``shared/data/locomo/README.md``) and deduplicated.
+            removed; see ``shared/data/locomo/README.md``) and deduplicated. Ids of another
+            form (LongMemEval's ``"<session_id>:<turn>"``) are compared as they are.
         k: how many top items to look at (≥ 1); items beyond rank ``k`` are ignored.
 
     Returns:
@@ -350,7 +364,7 @@ def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    gold = normalise_evidence(list(evidence))
+    gold = _gold_ids(evidence)
     if not gold:
         return None
     seen = {_norm_id(mid) for item in ranked_message_ids[:k] for mid in item}

@@ -3,7 +3,8 @@
 Reads the metrics that ``eval/tracking.py`` logs (``log_eval_run``):
 
 * ``<system>.<metric>.<category>``: mean score in [0, 1], e.g. ``nemori.judge.overall``,
-  ``no-memory.f1.temporal`` (category names from ``eval.locomo.CATEGORY_NAMES`` + ``overall``);
+  ``no-memory.f1.temporal`` (category names from ``eval.locomo.CATEGORY_NAMES``, LongMemEval question
+  types and ``abstention``, ``overall``, LongMemEval's ``task-averaged``);
 * ``<system>.n.<category>`` or ``n.<category>``: number of questions in the cell;
 * ``cost.<stage>.<field>``: per-stage LLM usage (``types.Usage`` fields);
 * ``judge_audit.<judge>.<stat>``: the judge on its calibration set (``eval/judge_audit.py``).
@@ -18,12 +19,14 @@ from typing import Any
 
 from ..errors import ConfigError
 from .locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+from .longmemeval import QUESTION_TYPES
 from .judge_audit import audit_table
 from .metrics import cost_table, format_table
 
 __all__ = ["report", "parse_metrics", "audit_metrics"]
 
-CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), "overall"]
+#: row order: LoCoMo categories, LongMemEval question types and abstention, overall, LongMemEval's task average.
+CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), *QUESTION_TYPES, "abstention", "overall", "task-averaged"]
 _NON_SYSTEM = {"cost", "counter", "n", "judge_audit"}
 _PARENT_TAG = "mlflow.parentRunId"
 

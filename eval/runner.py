@@ -330,14 +330,16 @@ class _CostCheckpoint:
 
 def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
                built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, local: bool = False,
-               groups: list[Group] | None = None) -> dict[str, Any]:
+               groups: list[Group] | None = None, scores: list[str] | None = None) -> dict[str, Any]:
     """Tables and ``summary.json``; runs the judge audit (``judge_audit.jsonl``) when the panel has pairs.
 
-    ``groups`` are the table's row groups (default: LoCoMo categories 1-4, see ``metrics.LOCOMO_GROUPS``).
+    ``groups`` are the table's row groups (default: LoCoMo categories 1-4, see ``metrics.LOCOMO_GROUPS``);
+    ``scores`` the LLM-free answer scores shown after the judges' (default: token F1, BLEU-1, LoCoMo F1).
     """
     panel = as_panel(judge)
     judged = panel.metrics if panel else []
-    metrics = judged + [m for m in METRICS if m != "judge"] + [f"recall_at_{k}" for k in RECALL_KS]
+    plain = scores if scores is not None else [m for m in METRICS if m != "judge"]
+    metrics = judged + plain + [f"recall_at_{k}" for k in RECALL_KS]
     systems = [s.name for s in opts.systems]
     table = category_table(rows, metrics, systems, groups=groups)
     audit = panel.run_audit(out_dir / "judge_audit.jsonl") if panel else None

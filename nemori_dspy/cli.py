@@ -1,4 +1,5 @@
-"""Command line: ``nemori-dspy eval locomo --data PATH [options]``.
+"""Command line: ``nemori-dspy eval locomo --data PATH [options]``, ``nemori-dspy eval longmemeval --data PATH``,
+``nemori-dspy optimize ...``, ``nemori-dspy report``.
 
 Options override ``NemoriSettings`` (which also reads ``NEMORI_*`` env vars); the settings
 then flow one way into ``build_runtime`` → ``dspy.configure``.
@@ -49,7 +50,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse tree: ``eval locomo``."""
+    """The argparse tree: ``eval locomo``, ``eval longmemeval``, ``optimize``, ``report``."""
     p = argparse.ArgumentParser(prog="nemori-dspy", description="Nemori long-term memory as a DSPy pipeline")
     sub = p.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="run a benchmark").add_subparsers(dest="benchmark", required=True)
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
     lo.add_argument("--judge", dest="judge_prompt", choices=["generous", "strict", "both"], default=None,
                     help=_setting_help("judge_prompt"))
+    _longmemeval_parser(ev)
     _optimize_parser(sub)
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
@@ -86,6 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
                                            "sqlite:///mlruns.db (the store eval logs to)")
     rp.add_argument("--experiment", help="default: $NEMORI_MLFLOW_EXPERIMENT or nemori-dspy")
     return p
+
+
+def _longmemeval_parser(ev: Any) -> None:
+    """``eval longmemeval``: one memory per question, the per-type LongMemEval judges (``eval/longmemeval_runner.py``)."""
+    lm = ev.add_parser("longmemeval", help="LongMemEval QA: build one memory per question, answer, judge per "
+                                           "question type, log to MLflow")
+    lm.add_argument("--data", required=True, help="longmemeval_s_cleaned.json or a file in its schema (a JSON list "
+                                                  "of questions; https://huggingface.co/datasets/xiaowu0162/"
+                                                  "longmemeval-cleaned)")
+    lm.add_argument("--questions", help="comma-separated question ids (default: all, in file order)")
+    lm.add_argument("--question-types", help="comma-separated question types, e.g. temporal-reasoning,"
+                                             "knowledge-update (default: all)")
+    lm.add_argument("--max-questions", type=_positive_int, help="cap on questions in all (after the filters)")
+    lm.add_argument("--system", default="nemori,no-memory", help="comma-separated systems, as for eval locomo")
+    lm.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
+                                                          "runs/longmemeval-*) without redoing answered questions")
+    lm.add_argument("--concurrency", type=_positive_int, default=1, help="questions whose memory is built at once")
+    lm.add_argument("--program", help="load a saved pipeline state before running")
+    lm.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
+    lm.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    lm.add_argument("--out", help="run folder (default runs/longmemeval-<time>)")
+    lm.add_argument("--db", help="SQLite store file to build into (default: a reused store under "
+                                 "~/.cache/nemori-dspy/memory/, as for eval locomo)")
+    lm.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
+    lm.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
+    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
+        lm.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
 
 
 def _optimize_parser(sub: Any) -> None:
@@ -168,7 +197,7 @@ def _run_dir(args: argparse.Namespace, kind: str = "locomo") -> Path:
     if args.out:
         return Path(args.out)
     if getattr(args, "resume", False):  # the newest run that got as far as answering (a failed start: empty folder)
-        runs = sorted(p for p in Path("runs").glob("locomo-*") if (p / "results.jsonl").exists())
+        runs = sorted(p for p in Path("runs").glob(f"{kind}-*") if (p / "results.jsonl").exists())
         if runs:
             return runs[-1]
     return Path(f"runs/{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -248,6 +277,77 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_longmemeval(args: argparse.Namespace) -> int:
+    from .eval.judge import JudgePanel
+    from .eval.judge_audit import longmemeval_audit_pairs
+    from .eval.locomo import dataset_sha256
+    from .eval.longmemeval import load_longmemeval
+    from .eval.longmemeval_judge import LongMemEvalJudge
+    from .eval.longmemeval_runner import run_longmemeval
+    from .eval.runner import EvalOptions
+    from .eval.systems import parse_systems
+    from .runtime import build_runtime
+
+    settings = _settings(args)
+    systems = parse_systems(args.system)
+    questions = load_longmemeval(args.data, _ids(args.questions), _ids(args.question_types))[: args.max_questions]
+    data_sha = dataset_sha256(args.data)
+    program = _program_state(args.program)  # a bad --program fails before any model is loaded
+    out = _run_dir(args, "longmemeval")
+    print(f"dataset {args.data} ({len(questions)} question(s), one memory each); systems "
+          f"{', '.join(s.name for s in systems)}; run folder {out}", flush=True)
+    t0 = time.perf_counter()
+    with build_runtime(settings) as rt:
+        print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
+        provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program)
+        judge = None if args.no_judge else JudgePanel(
+            {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries, model_label=rt.judge_label)},
+            longmemeval_audit_pairs(questions, settings.judge_audit))
+        opts = EvalOptions(systems=systems, resume=args.resume, concurrency=args.concurrency)
+        summary = run_longmemeval(provider, questions, opts, judge, out)
+        provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
+        server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
+    _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
+    if not args.no_mlflow:
+        from .eval.tracking import log_eval_run, tracking_uri
+
+        run_id = log_eval_run(settings, summary, out, {
+            "benchmark": "longmemeval", "dataset.path": str(args.data), "dataset.sha256": data_sha,
+            "dataset.questions": len(questions), "question_types": args.question_types or "all",
+            "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
+            "program": args.program, "server": server_flags}, run_name=out.name)
+        print(f"MLflow run {run_id} at {tracking_uri(settings)} (or: nemori-dspy report --run-id {run_id})")
+    return 0
+
+
+def _memory_provider(args: argparse.Namespace, settings: Any, rt: Any, data_sha: str,
+                     program: dict[str, Any] | None) -> tuple[Any, str]:
+    """(memory provider, embedder name): ``--db`` → one shared store, else stores reused by construction key."""
+    from .embedders import resolve_embedder
+    from .eval.cache import CachedMemories, construction_key
+    from .eval.runner import SharedMemory
+    from .memory import Memory
+    from .modules.pipeline import NemoriPipeline, stage_factory
+    from .modules.resources import Resources
+    from .store import open_store
+
+    embedder = resolve_embedder(settings)
+
+    def make_memory(s: Any, path: Path) -> Memory:
+        store = open_store(s, path)
+        pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
+        if args.program:
+            pipeline.load(args.program)
+        return Memory(store, embedder, s, pipeline=pipeline)
+
+    if args.db:
+        return SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl")), embedder.name
+    def key_of(s: Any) -> str:
+        return construction_key(s, rt.model_label, embedder.name, data_sha, program)
+
+    return CachedMemories(settings, make_memory, key_of, settings.cache_dir), embedder.name
+
+
 def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
     """The LoCoMo judge panel (``eval.judge.JudgePanel``) on the runtime's judge LM: the prompt(s)
     ``settings.judge_prompt`` names (``judge``, ``judge_strict``), with its calibration set."""
@@ -302,6 +402,12 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
     print(answer_time_table(summary["rows"], summary["systems"]))
     print("\nScores ×100 per category with 95% CI (n = questions):")
     print(summary["table"])
+    for system, by_metric in (summary.get("longmemeval") or {}).items():  # upstream's summary metrics
+        parts = [f"{m} task-averaged {100 * a['task_averaged']:.1f}, abstention "
+                 + ("-" if a["abstention"] is None else f"{100 * a['abstention']:.1f}")
+                 for m, a in by_metric.items() if a["task_averaged"] is not None]
+        if parts:
+            print(f"{system} (LongMemEval, ×100): " + "; ".join(parts))
     if summary.get("judge_audit"):
         from .eval.judge_audit import audit_table
 
@@ -346,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "eval" and args.benchmark == "locomo":
             return _eval_locomo(args)
+        if args.command == "eval" and args.benchmark == "longmemeval":
+            return _eval_longmemeval(args)
         if args.command == "report":
             return _report(args)
         if args.command == "optimize":

@@ -183,3 +183,23 @@ def strict_judge(i: dict[str, str]) -> str:
     """Scripted strict judge: key facts present only when the answer equals the gold (case-insensitive)."""
     same = i["generated_answer"].strip().lower() == i["gold_answer"].strip().lower()
     return chat_reply(key_facts_present=same, contradicts_gold=not same, label="CORRECT" if same else "WRONG")
+
+
+class LongMemEvalLM(ScriptedLM):
+    """ScriptedLM that also routes the five LongMemEval judge prompts (checked before the field routes:
+    three of them share their fields, so they are told apart by a phrase of their instruction)."""
+
+    LME_ROUTES = {
+        "JudgeLongMemEvalDefault": "answers a memory question correctly",
+        "JudgeLongMemEvalTemporal": "answers a temporal-reasoning question correctly",
+        "JudgeLongMemEvalKnowledgeUpdate": "gives the up-to-date answer",
+        "JudgeLongMemEvalPreference": "personalised as a rubric describes",
+        "JudgeLongMemEvalAbstention": "identifies an unanswerable question as unanswerable",
+    }
+
+    def route(self, system: str) -> str:
+        hits = [name for name, phrase in self.LME_ROUTES.items() if phrase in system]
+        if hits:
+            assert len(hits) == 1, f"ambiguous route: {hits}"
+            return hits[0]
+        return super().route(system)

@@ -265,3 +265,72 @@ def test_generous_and_strict_judges_side_by_side(tmp_path, scripted_runtime, cap
     assert "judge_strict.overall" in scores and "judge.overall" not in scores
     with pytest.raises(SystemExit):
         main(["eval", "locomo", "--judge", "lenient"])
+
+
+@pytest.fixture
+def lme_runtime(monkeypatch, tmp_path):
+    from tests.eval.test_longmemeval_runner import lme_responders
+    from tests.fakes import LongMemEvalLM
+
+    lm = LongMemEvalLM(lme_responders())
+
+    def fake_build(settings: NemoriSettings, configure: bool = True):
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
+
+    monkeypatch.setattr(runtime, "build_runtime", fake_build)
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
+    return lm
+
+
+def test_eval_longmemeval_end_to_end_resume_mlflow_and_report(tmp_path, lme_runtime, capsys):
+    import mlflow
+
+    from tests.eval.test_longmemeval_runner import official_file
+
+    data = official_file(tmp_path)
+    args = ["eval", "longmemeval", "--data", str(data), "--embedder", "hashing-64", "--out", str(tmp_path / "run"),
+            "--mlflow-tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--system", "nemori,no-memory"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "4 question(s), one memory each" in out and "temporal-reasoning" in out and "Judge audit" in out
+    assert "nemori (LongMemEval, ×100): judge task-averaged" in out
+    run_id = out.split("MLflow run ")[1].split()[0]
+    rows = [json.loads(x) for x in (tmp_path / "run/results.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    run = mlflow.get_run(run_id)
+    assert run.data.params["benchmark"] == "longmemeval" and run.data.params["judge.prompt_hash"]
+    for name in ("nemori.judge.temporal-reasoning", "nemori.judge.abstention", "nemori.judge.task-averaged",
+                 "no-memory.f1.overall", "judge_audit.judge.overall", "cost.narrate.calls"):
+        assert name in run.data.metrics, name
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    report = capsys.readouterr().out
+    assert "temporal-reasoning" in report and "task-averaged" in report and "Judge audit" in report
+
+    # interrupted: drop the last 3 answers; --resume asks only those, memory is reused
+    (tmp_path / "run/results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-3]))
+    answers, narrated = lme_runtime.calls["AnswerQuestion"], lme_runtime.calls["NarrateEpisode"]
+    assert main([*args, "--resume", "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed: 5 answers" in out and "reused memory" in out
+    assert lme_runtime.calls["AnswerQuestion"] - answers == 3 and lme_runtime.calls["NarrateEpisode"] == narrated
+    assert len((tmp_path / "run/results.jsonl").read_text().splitlines()) == 8
+
+
+def test_eval_longmemeval_filters_and_bad_input_fail_before_any_model(tmp_path, monkeypatch, capsys):
+    from tests.eval.test_longmemeval_runner import official_file
+
+    def no_model(*a, **k):
+        raise AssertionError("runtime built despite bad input")
+
+    monkeypatch.setattr(runtime, "build_runtime", no_model)
+    data = official_file(tmp_path)
+    assert main(["eval", "longmemeval", "--data", str(tmp_path / "missing.json")]) == 2
+    assert "Fix:" in capsys.readouterr().err
+    assert main(["eval", "longmemeval", "--data", str(data), "--question-types", "abstention"]) == 2
+    assert "abstention" in capsys.readouterr().err
+    assert main(["eval", "longmemeval", "--data", str(data), "--judge-audit", "-1"]) == 2
+    assert "judge_audit (given as --judge-audit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "longmemeval"])  # --data is required

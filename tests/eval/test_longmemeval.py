@@ -33,7 +33,7 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalTemporal,
 )
 from nemori_dspy.usage import LEDGER
-from tests.fakes import ScriptedLM, chat_reply
+from tests.fakes import LongMemEvalLM, chat_reply
 
 # ------------------------------------------------------------------ a tiny official-schema file
 
@@ -240,25 +240,6 @@ def test_unknown_ids_and_types(tmp_path):
 
 
 # ------------------------------------------------------------------ judge routing
-
-
-class LongMemEvalLM(ScriptedLM):
-    """ScriptedLM that also routes the five LongMemEval judge prompts (checked before the defaults)."""
-
-    ROUTES = {
-        "JudgeLongMemEvalDefault": "answers a memory question correctly",
-        "JudgeLongMemEvalTemporal": "answers a temporal-reasoning question correctly",
-        "JudgeLongMemEvalKnowledgeUpdate": "gives the up-to-date answer",
-        "JudgeLongMemEvalPreference": "personalised as a rubric describes",
-        "JudgeLongMemEvalAbstention": "identifies an unanswerable question as unanswerable",
-    }
-
-    def route(self, system: str) -> str:
-        hits = [name for name, phrase in self.ROUTES.items() if phrase in system]
-        if hits:
-            assert len(hits) == 1, f"ambiguous route: {hits}"
-            return hits[0]
-        return super().route(system)
 
 
 def _yes_if_contains(gold_field: str):
