@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
-from nemori_dspy.eval.metrics import _ordered_stages, _usage_dict, category_scores
+from nemori_dspy.eval.metrics import Group, _ordered_stages, _usage_dict, category_scores
 
 __all__ = ["category_bar_chart", "cost_by_stage_chart"]
 
@@ -36,7 +36,8 @@ def _save(fig: Any, path: str | Path) -> Path:
     return out
 
 
-def category_bar_chart(rows: list[dict], metric: str, systems: list[str] | None, path: str | Path) -> Path:
+def category_bar_chart(rows: list[dict], metric: str, systems: list[str] | None, path: str | Path,
+                       groups: list[Group] | None = None, benchmark: str = "LoCoMo") -> Path:
     """Grouped bar chart of one metric: one group per category (1-4 + overall), one bar per system.
 
     Args:
@@ -46,30 +47,33 @@ def category_bar_chart(rows: list[dict], metric: str, systems: list[str] | None,
         metric: e.g. ``"judge"``, ``"f1"``, ``"bleu1"``, ``"f1_locomo"``.
         systems: bar order; ``None`` → all systems in order of appearance.
         path: output ``.png`` path (parent folders are created).
+        groups: bar groups (default LoCoMo categories 1-4, :data:`eval.metrics.LOCOMO_GROUPS`) + overall.
+        benchmark: name in the title.
 
     Bars are mean × 100 with 95% CI whiskers (:func:`eval.metrics.mean_ci95`), labelled
     with the mean; an empty cell draws no bar. Returns ``path`` as a ``Path``.
     """
-    scores = category_scores(rows, metric, systems)
+    scores = category_scores(rows, metric, systems, groups)
+    cats = _CATEGORIES if groups is None else [name for name, _ in groups] + ["overall"]
     names = list(scores)
-    fig = _figure(max(6.0, 1.2 * len(_CATEGORIES) * max(1, len(names)) / 2 + 3), 4.5)
+    fig = _figure(max(6.0, 1.2 * len(cats) * max(1, len(names)) / 2 + 3), 4.5)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(names))
     for i, system in enumerate(names):
-        _system_bars(ax, scores[system], i, width, system, len(names))
-    ax.set_xticks(range(len(_CATEGORIES)), _CATEGORIES)
+        _system_bars(ax, scores[system], i, width, system, len(names), cats)
+    ax.set_xticks(range(len(cats)), cats, rotation=0 if groups is None else 20, ha="center" if groups is None else "right")
     ax.set_ylim(0, 105)
     ax.set_ylabel(f"{metric} (×100, 95% CI)")
-    ax.set_title(f"LoCoMo {metric} by category")
+    ax.set_title(f"{benchmark} {metric} by category")
     if names:
         ax.legend(loc="upper left", fontsize="small")
     return _save(fig, path)
 
 
 def _system_bars(ax: Any, cells: dict[str, tuple[float, float, float, int]], i: int, width: float,
-                 label: str, count: int) -> None:
+                 label: str, count: int, cats: list[str]) -> None:
     xs, means, errs = [], [], [[], []]
-    for j, name in enumerate(_CATEGORIES):
+    for j, name in enumerate(cats):
         mean, low, high, n = cells.get(name, (0.0, 0.0, 0.0, 0))
         if n:
             xs.append(j + (i - (count - 1) / 2) * width)

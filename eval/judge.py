@@ -1,53 +1,116 @@
-"""The LoCoMo LLM judge as a DSPy metric (CORRECT → 1.0, WRONG → 0.0; Appendix D.4.1, mem0's rules).
+"""The LoCoMo LLM judges as DSPy metrics (CORRECT → 1.0, WRONG → 0.0; Appendix D.4.1, mem0's rules).
 
-The judge's model and prompt hash are part of every result: a reworded judge is not comparable.
+Two prompts: the generous ``JudgeAnswer`` (mem0's; scores as ``judge``) and our ``JudgeAnswerStrict``
+(scores as ``judge_strict``): published LoCoMo numbers move from 91% to 35% between judge prompts, so a
+run can report both. The judge's model and prompt hash are part of every result: a reworded judge is not
+comparable.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import dspy
 
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
-from nemori_dspy.signatures import JudgeAnswer, signature_hash
+from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
+from nemori_dspy.usage import LEDGER
 
-__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH"]
+__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel", "as_panel"]
 
 #: sha256[:12] of the judge signature's instruction and fields.
 JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
+#: sha256[:12] of the strict judge signature.
+JUDGE_STRICT_PROMPT_HASH = signature_hash(JudgeAnswerStrict)
+#: ``--judge`` choice → the score names it produces.
+JUDGE_METRICS = {"generous": ["judge"], "strict": ["judge_strict"], "both": ["judge", "judge_strict"]}
 
 
 class LLMJudge:
-    """Callable DSPy metric ``(example, pred, trace=None) -> float`` using ``JudgeAnswer``.
+    """Callable DSPy metric ``(example, pred, trace=None) -> float`` using ``JudgeAnswer`` (or, with
+    ``strict``, ``JudgeAnswerStrict``).
 
     ``example`` needs ``question`` and ``answer`` (gold); ``pred`` needs ``answer``.
-    A judge call that fails after retries scores 0.0 and is counted in ``failures``.
+    A judge call that fails after retries scores 0.0 and is counted in ``failures``. The strict judge's
+    label is checked against its own findings: CORRECT stands only if it also said the key facts are
+    present and nothing contradicts the gold (a deterministic guard; overrides counted as the ledger
+    counter ``judge_strict_overrides``).
 
     Args:
         lm: the judge LM (None = ``dspy.settings.lm``); configurable apart from the answer model.
         max_tokens: output cap for the judge's reasoning + label.
         model_label: what to log as the judge model (e.g. the GGUF file behind ``openai/local``).
+        strict: use the strict prompt (ledger stage ``judge_strict``).
     """
 
     def __init__(self, lm: dspy.BaseLM | None = None, max_tokens: int = 128, parse_retries: int = 1,
-                 model_label: str | None = None) -> None:
-        self.predict = StagePredict(JudgeAnswer, "judge", max_tokens=max_tokens, parse_retries=parse_retries, lm=lm)
+                 model_label: str | None = None, strict: bool = False) -> None:
+        sig, stage = (JudgeAnswerStrict, "judge_strict") if strict else (JudgeAnswer, "judge")
+        self.strict = strict
+        self.predict = StagePredict(sig, stage, max_tokens=max_tokens, parse_retries=parse_retries, lm=lm)
         self.model = model_label or getattr(lm or dspy.settings.lm, "model", "unknown")
-        self.prompt_hash = JUDGE_PROMPT_HASH
+        self.prompt_hash = signature_hash(sig)
         self.failures = 0
 
     def label(self, question: str, gold: str, answer: str) -> str:
         """'CORRECT' or 'WRONG' ('WRONG' when the judge fails; see ``failures``)."""
         try:
-            return str(self.predict(question=question, gold_answer=gold, generated_answer=answer).label)
+            pred = self.predict(question=question, gold_answer=gold, generated_answer=answer)
         except LLMError:
             self.failures += 1
             return "WRONG"
+        label = str(pred.label)
+        if self.strict and label == "CORRECT" and (not pred.key_facts_present or pred.contradicts_gold):
+            LEDGER.count("judge_strict_overrides")
+            return "WRONG"
+        return label
 
     def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
         return 1.0 if self.label(example.question, str(example.answer), str(pred.answer)) == "CORRECT" else 0.0
 
 
 JudgeFn = Callable[[Any, Any, Any], float]
+
+
+class JudgePanel:
+    """The judges of one eval run and the calibration set they are audited on (``eval/judge_audit.py``).
+
+    Args:
+        judges: metric name → judge metric ``(example, pred) -> float`` with ``model``, ``prompt_hash``
+            and ``failures`` attributes (``LLMJudge``, ``LongMemEvalJudge``); e.g. ``{"judge": generous}``.
+            Each name becomes a score column (``judge``, ``judge_strict``).
+        audit: calibration pairs (``judge_audit.AuditPair``); empty = no audit.
+    """
+
+    def __init__(self, judges: dict[str, Any], audit: Sequence[Any] = ()) -> None:
+        self.judges, self.audit_pairs = dict(judges), list(audit)
+
+    @property
+    def metrics(self) -> list[str]:
+        """The score names this panel adds to every row, in order."""
+        return list(self.judges)
+
+    def score(self, example: Any, answer: str) -> dict[str, float]:
+        """``{metric name: 1.0 | 0.0}`` for one answer to ``example``."""
+        pred = dspy.Prediction(answer=answer)
+        return {name: judge(example, pred) for name, judge in self.judges.items()}
+
+    def info(self) -> dict[str, dict[str, Any]]:
+        """``{metric name: {"model", "prompt_hash", "failures"}}``: what makes each judge's scores comparable."""
+        return {name: {"model": j.model, "prompt_hash": j.prompt_hash, "failures": j.failures}
+                for name, j in self.judges.items()}
+
+    def run_audit(self, out: Path | None = None) -> dict[str, dict[str, Any]] | None:
+        """Every judge on the calibration set (``judge_audit.run_audit``); None without pairs."""
+        from nemori_dspy.eval.judge_audit import run_audit
+
+        return run_audit(self.judges, self.audit_pairs, out) if self.audit_pairs else None
+
+
+def as_panel(judge: Any) -> JudgePanel | None:
+    """``None`` → None, a ``JudgePanel`` as is, a single judge → a panel scoring it as ``judge`` (no audit)."""
+    if judge is None or isinstance(judge, JudgePanel):
+        return judge
+    return JudgePanel({"judge": judge})

@@ -56,7 +56,9 @@ class LoCoMoQuestion(BaseModel):
     ``index`` is the item's position in the sample's ``qa`` list. ``answer`` is the gold
     answer as a stripped string (ints go through ``str()``; ``""`` when the key is missing,
     as for most category-5 items). ``evidence`` holds normalised ``D<session>:<turn>`` ids;
-    ``raw_evidence`` keeps the strings exactly as the file gives them.
+    ``raw_evidence`` keeps the strings exactly as the file gives them. ``adversarial_answer`` is the
+    file's plausible but wrong answer (category-5 items carry one; None when absent or blank); the
+    judge audit (``eval/judge_audit.py``) uses it as a known-wrong prediction.
     """
 
     sample_id: str
@@ -66,6 +68,7 @@ class LoCoMoQuestion(BaseModel):
     category: int
     evidence: list[str] = Field(default_factory=list)
     raw_evidence: list[str] = Field(default_factory=list)
+    adversarial_answer: str | None = None
 
     @property
     def category_name(self) -> str:
@@ -202,7 +205,7 @@ def _turn_message(turn: dict[str, Any], when: Any) -> Message:
 
 
 def _parse_question(sample_id: str, index: int, item: dict[str, Any]) -> LoCoMoQuestion:
-    answer = item.get("answer")
+    answer, adversarial = item.get("answer"), item.get("adversarial_answer")
     raw = [str(e) for e in item.get("evidence") or []]
     return LoCoMoQuestion(
         sample_id=sample_id,
@@ -212,6 +215,7 @@ def _parse_question(sample_id: str, index: int, item: dict[str, Any]) -> LoCoMoQ
         category=int(item["category"]),
         evidence=normalise_evidence(raw),
         raw_evidence=raw,
+        adversarial_answer=(str(adversarial).strip() or None) if adversarial is not None else None,
     )
 
 

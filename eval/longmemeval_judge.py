@@ -78,14 +78,16 @@ class LongMemEvalJudge:
         max_tokens: output cap for the label (upstream uses 10 for a bare yes/no; the adapter's
             field markers need a little more).
         parse_retries: re-asks after a reply that does not parse.
+        model_label: what to log as the judge model (e.g. the GGUF file behind ``openai/local``).
     """
 
-    def __init__(self, lm: dspy.BaseLM | None = None, max_tokens: int = 32, parse_retries: int = 1) -> None:
+    def __init__(self, lm: dspy.BaseLM | None = None, max_tokens: int = 32, parse_retries: int = 1,
+                 model_label: str | None = None) -> None:
         self.predictors: dict[type[dspy.Signature], StagePredict] = {
             sig: StagePredict(sig, "judge", max_tokens=max_tokens, parse_retries=parse_retries, lm=lm)
             for sig in set(LONGMEMEVAL_JUDGE_SIGNATURES.values())
         }
-        self.model = getattr(lm or dspy.settings.lm, "model", "unknown")
+        self.model = model_label or getattr(lm or dspy.settings.lm, "model", "unknown")
         self.prompt_hash = LONGMEMEVAL_JUDGE_PROMPT_HASH
         self.prompt_hashes = {sig.__name__: signature_hash(sig) for sig in self.predictors}
         self.failures = 0

@@ -19,7 +19,7 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from nltk.stem import PorterStemmer
 from nltk.tokenize import NLTKWordTokenizer
@@ -39,6 +39,9 @@ __all__ = [
     "format_table",
     "category_scores",
     "category_table",
+    "Group",
+    "LOCOMO_GROUPS",
+    "scored_groups",
     "evidence_recall_at_k",
     "token_shares",
     "cost_table",
@@ -207,15 +210,25 @@ def _system(row: dict) -> str:
     return str(row.get("system", "nemori"))
 
 
-def _scored_groups(rows: list[dict], system: str) -> list[tuple[str, list[dict]]]:
-    """``[(category name, rows)]`` for categories 1-4 then ``("overall", rows of 1-4)`` for one system."""
-    mine = [r for r in rows if _system(r) == system and int(r["category"]) in SCORED_CATEGORIES]
-    groups = [(CATEGORY_NAMES[c], [r for r in mine if int(r["category"]) == c]) for c in SCORED_CATEGORIES]
-    return [*groups, ("overall", mine)]
+Group = tuple[str, Callable[[dict], bool]]
+"""A table row group: (name, which rows belong to it). Groups may overlap (e.g. LongMemEval's abstention)."""
+
+LOCOMO_GROUPS: list[Group] = [(CATEGORY_NAMES[c], lambda r, c=c: int(r["category"]) == c) for c in SCORED_CATEGORIES]
+"""LoCoMo categories 1-4 by name (category 5 belongs to no group, so it is never scored)."""
 
 
-def category_scores(rows: list[dict], metric: str, systems: list[str] | None = None
-                    ) -> dict[str, dict[str, tuple[float, float, float, int]]]:
+def scored_groups(rows: list[dict], system: str, groups: list[Group] | None = None) -> list[tuple[str, list[dict]]]:
+    """``[(group name, rows)]`` for each group then ``("overall", rows in any group)`` for one system.
+
+    ``groups`` defaults to :data:`LOCOMO_GROUPS` (categories 1-4; overall pools them).
+    """
+    groups = groups if groups is not None else LOCOMO_GROUPS
+    mine = [r for r in rows if _system(r) == system and any(member(r) for _, member in groups)]
+    return [*((name, [r for r in mine if member(r)]) for name, member in groups), ("overall", mine)]
+
+
+def category_scores(rows: list[dict], metric: str, systems: list[str] | None = None,
+                    groups: list[Group] | None = None) -> dict[str, dict[str, tuple[float, float, float, int]]]:
     """``{system: {category name | "overall": (mean, low, high, n)}}`` for one metric.
 
     Same selection as :func:`category_table` (categories 1-4, ``None`` values skipped);
@@ -224,7 +237,7 @@ def category_scores(rows: list[dict], metric: str, systems: list[str] | None = N
     systems = systems if systems is not None else _systems(rows)
     out: dict[str, dict[str, tuple[float, float, float, int]]] = {}
     for system in systems:
-        for name, sub in _scored_groups(rows, system):
+        for name, sub in scored_groups(rows, system, groups):
             vals = _values(sub, metric)
             out.setdefault(system, {})[name] = (*mean_ci95(vals), len(vals))
     return out
@@ -263,7 +276,7 @@ def _column_blocks(widths: list[int], key_cols: int, width: int) -> list[list[in
 
 
 def category_table(rows: list[dict], metrics: list[str], systems: list[str] | None = None,
-                   wide: bool = False, width: int = 120) -> str:
+                   wide: bool = False, width: int = 120, groups: list[Group] | None = None) -> str:
     """Plain-text per-category score table with 95% CIs.
 
     Args:
@@ -277,6 +290,7 @@ def category_table(rows: list[dict], metrics: list[str], systems: list[str] | No
             ``"<system> <metric>"`` (systems side by side for each metric).
         width: maximum line length; wider tables are split into column blocks
             (see :func:`format_table`).
+        groups: row groups (default :data:`LOCOMO_GROUPS`; LongMemEval passes its question types).
 
     Returns:
         Rows for categories 1-4 (by name) and ``overall`` (categories 1-4 pooled). Each cell
@@ -286,17 +300,18 @@ def category_table(rows: list[dict], metrics: list[str], systems: list[str] | No
     """
     systems = systems if systems is not None else _systems(rows)
     if wide:
-        return _wide_table(rows, metrics, systems, width)
+        return _wide_table(rows, metrics, systems, width, groups)
     body: list[list[str]] = []
     for system in systems:
-        for name, sub in _scored_groups(rows, system):
+        for name, sub in scored_groups(rows, system, groups):
             body.append([system, name, *(format_cell(_values(sub, m)) for m in metrics)])
     return format_table(["system", "category", *metrics], body, key_cols=2, width=width)
 
 
-def _wide_table(rows: list[dict], metrics: list[str], systems: list[str], width: int) -> str:
-    grouped = {s: dict(_scored_groups(rows, s)) for s in systems}
-    names = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), "overall"]
+def _wide_table(rows: list[dict], metrics: list[str], systems: list[str], width: int,
+                groups: list[Group] | None = None) -> str:
+    grouped = {s: dict(scored_groups(rows, s, groups)) for s in systems}
+    names = [name for name, _ in (groups if groups is not None else LOCOMO_GROUPS)] + ["overall"]
     header = ["category", *(f"{s} {m}" for m in metrics for s in systems)]
     body = [[name, *(format_cell(_values(grouped[s][name], m)) for m in metrics for s in systems)]
             for name in names]
@@ -312,6 +327,19 @@ def _norm_id(message_id: str) -> str:
     return found[0] if len(found) == 1 else str(message_id)
 
 
+_MALFORMED_DIA = re.compile(r"^D[\d:;\s]*$")
+
+
+def _gold_ids(evidence: list[str]) -> list[str]:
+    """Gold evidence ids, deduplicated: LoCoMo dia_ids normalised (malformed ones such as "D" or "D:11:26"
+    dropped), any other id (e.g. LongMemEval's "answer_1:3") kept as is."""
+    out: list[str] = []
+    for raw in evidence:
+        found = normalise_evidence([raw])
+        out += found if found else ([] if _MALFORMED_DIA.match(str(raw).strip()) else [str(raw).strip()])
+    return list(dict.fromkeys(out))
+
+
 def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str], k: int) -> float | None:
     """Share of a question's gold evidence turns that the top-``k`` retrieved items contain.
 
@@ -324,7 +352,8 @@ def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str
             are the turns' ``dia_id`` strings ("D1:3").
         evidence: the question's gold ``evidence`` dia_ids. They are normalised with
             ``eval.locomo.normalise_evidence`` (malformed ids split or dropped, leading zeros
-            removed; see ``shared/data/locomo/README.md``) and deduplicated.
+            removed; see ``shared/data/locomo/README.md``) and deduplicated. Ids of another
+            form (LongMemEval's ``"<session_id>:<turn>"``) are compared as they are.
         k: how many top items to look at (≥ 1); items beyond rank ``k`` are ignored.
 
     Returns:
@@ -335,7 +364,7 @@ def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    gold = normalise_evidence(list(evidence))
+    gold = _gold_ids(evidence)
     if not gold:
         return None
     seen = {_norm_id(mid) for item in ranked_message_ids[:k] for mid in item}

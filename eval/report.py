@@ -3,9 +3,11 @@
 Reads the metrics that ``eval/tracking.py`` logs (``log_eval_run``):
 
 * ``<system>.<metric>.<category>``: mean score in [0, 1], e.g. ``nemori.judge.overall``,
-  ``no-memory.f1.temporal`` (category names from ``eval.locomo.CATEGORY_NAMES`` + ``overall``);
+  ``no-memory.f1.temporal`` (category names from ``eval.locomo.CATEGORY_NAMES``, LongMemEval question
+  types and ``abstention``, ``overall``, LongMemEval's ``task-averaged``);
 * ``<system>.n.<category>`` or ``n.<category>``: number of questions in the cell;
-* ``cost.<stage>.<field>``: per-stage LLM usage (``types.Usage`` fields).
+* ``cost.<stage>.<field>``: per-stage LLM usage (``types.Usage`` fields);
+* ``judge_audit.<judge>.<stat>``: the judge on its calibration set (``eval/judge_audit.py``).
 
 Child runs (tag ``mlflow.parentRunId``) add their systems as further columns; a child's
 un-prefixed ``<metric>.<category>`` metrics are shown under the child's run name.
@@ -17,12 +19,15 @@ from typing import Any
 
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+from nemori_dspy.eval.longmemeval import QUESTION_TYPES
+from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.metrics import cost_table, format_table
 
-__all__ = ["report", "parse_metrics"]
+__all__ = ["report", "parse_metrics", "audit_metrics"]
 
-CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), "overall"]
-_NON_SYSTEM = {"cost", "counter", "n"}
+#: row order: LoCoMo categories, LongMemEval question types and abstention, overall, LongMemEval's task average.
+CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), *QUESTION_TYPES, "abstention", "overall", "task-averaged"]
+_NON_SYSTEM = {"cost", "counter", "n", "judge_audit"}
 _PARENT_TAG = "mlflow.parentRunId"
 
 Scores = dict[str, dict[tuple[str, str], float]]
@@ -48,6 +53,17 @@ def parse_metrics(metrics: dict[str, float], default_system: str) -> tuple[Score
         elif len(parts) == 2 and parts[1] in CATEGORIES and parts[0] not in _NON_SYSTEM - {"n"}:
             scores.setdefault(default_system, {})[(parts[0], parts[1])] = value
     return scores, cost
+
+
+def audit_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float | None]]:
+    """``{judge: {"on_gold", "on_wrong", "overall", "n_gold", "n_wrong", "n"}}`` from ``judge_audit.*`` metrics."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name, value in metrics.items():
+        parts = name.split(".")
+        if parts[0] == "judge_audit" and len(parts) == 3:
+            out.setdefault(parts[1], dict.fromkeys(("on_gold", "on_wrong", "overall", "n_gold", "n_wrong", "n")))
+            out[parts[1]][parts[2]] = int(value) if parts[2].startswith("n") else value
+    return out
 
 
 def _client(tracking_uri: str) -> Any:
@@ -157,7 +173,8 @@ def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemo
     Returns:
         A header line (run name, id, status), a score table (rows = metric × category,
         columns = the run's systems then each child run's systems; cells = mean × 100 with
-        ``(n=...)``) and, when ``cost.*`` metrics exist, :func:`eval.metrics.cost_table`.
+        ``(n=...)``), the judge audit when ``judge_audit.*`` metrics exist and, when ``cost.*``
+        metrics exist, :func:`eval.metrics.cost_table`.
     """
     client = _client(tracking_uri)
     run = _get_run(client, run_id) if run_id else _latest_run(client, experiment)
@@ -166,6 +183,9 @@ def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemo
         _merge(scores, _run_scores(child)[0], child.info.run_name or child.info.run_id)
     parts = [f"run {run.info.run_name or run.info.run_id} ({run.info.run_id}, {run.info.status})", "",
              "## Scores (×100)", _score_table(scores) if scores else "(no score metrics)"]
+    audit = audit_metrics(run.data.metrics)
+    if audit:
+        parts += ["", "## Judge audit (calibration set, ×100)", audit_table(audit)]
     if cost:
         local = run.data.params.get("config.model") == "local"
         parts += ["", "## LLM usage per stage", cost_table(cost, local=local)]

@@ -23,9 +23,10 @@ from nemori_dspy.recording import recording
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.usage import LEDGER, Usage
 from nemori_dspy.eval.baselines import CHARS_PER_TOKEN, RagIndex, full_context
-from nemori_dspy.eval.judge import LLMJudge
+from nemori_dspy.eval.judge import JudgePanel, LLMJudge, as_panel
+from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
-from nemori_dspy.eval.metrics import bleu1, category_table, evidence_recall_at_k, f1_locomo, token_f1
+from nemori_dspy.eval.metrics import Group, bleu1, category_table, evidence_recall_at_k, f1_locomo, scored_groups, token_f1
 from nemori_dspy.eval.systems import SYSTEMS, System
 
 __all__ = ["EvalOptions", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
@@ -198,16 +199,18 @@ def _recall(ranked: list[list[str]] | None, evidence: list[str]) -> dict[str, fl
     return {f"recall_at_{k}": evidence_recall_at_k(ranked, evidence, k) for k in RECALL_KS}
 
 
-def _score(q: LoCoMoQuestion, answer: str, judge: LLMJudge | None) -> dict[str, float]:
+def _score(q: LoCoMoQuestion, answer: str, judge: LLMJudge | JudgePanel | None) -> dict[str, float]:
+    """Token F1, BLEU-1, LoCoMo F1 and one score per judge of the panel (``judge``, ``judge_strict``)."""
     scores = {"f1": token_f1(answer, q.answer), "bleu1": bleu1(answer, q.answer),
               "f1_locomo": f1_locomo(answer, q.answer, q.category)}
-    if judge is not None:
-        scores["judge"] = judge(dspy.Example(question=q.question, answer=q.answer), dspy.Prediction(answer=answer))
+    panel = as_panel(judge)
+    if panel is not None:
+        scores.update(panel.score(dspy.Example(question=q.question, answer=q.answer), answer))
     return scores
 
 
 def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
-                rag: RagIndex | None, judge: LLMJudge | None) -> dict[str, Any]:
+                rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
     with LEDGER.scope() as mine:
@@ -241,7 +244,7 @@ class _Checkpoint:
 
 
 def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
-               judge: LLMJudge | None, out_dir: Path) -> dict[str, Any]:
+               judge: LLMJudge | JudgePanel | None, out_dir: Path) -> dict[str, Any]:
     """Build, answer, score; write ``results.jsonl`` (checkpointed), ``tables.md`` and ``summary.json``.
 
     Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work, tables.
@@ -325,13 +328,24 @@ class _CostCheckpoint:
         return merged, {**built, "seconds": totals["ingest_seconds"]}
 
 
-def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | None, built: dict[str, Any],
-               construction: dict, skipped: int, out_dir: Path, local: bool = False) -> dict[str, Any]:
-    metrics = (METRICS if judge is not None else [m for m in METRICS if m != "judge"]) + [f"recall_at_{k}" for k in RECALL_KS]
+def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
+               built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, local: bool = False,
+               groups: list[Group] | None = None, scores: list[str] | None = None) -> dict[str, Any]:
+    """Tables and ``summary.json``; runs the judge audit (``judge_audit.jsonl``) when the panel has pairs.
+
+    ``groups`` are the table's row groups (default: LoCoMo categories 1-4, see ``metrics.LOCOMO_GROUPS``);
+    ``scores`` the LLM-free answer scores shown after the judges' (default: token F1, BLEU-1, LoCoMo F1).
+    """
+    panel = as_panel(judge)
+    judged = panel.metrics if panel else []
+    plain = scores if scores is not None else [m for m in METRICS if m != "judge"]
+    metrics = judged + plain + [f"recall_at_{k}" for k in RECALL_KS]
     systems = [s.name for s in opts.systems]
-    table = category_table(rows, metrics, systems)
+    table = category_table(rows, metrics, systems, groups=groups)
+    audit = panel.run_audit(out_dir / "judge_audit.jsonl") if panel else None
+    info = panel.info() if panel else {}
     summary = {
-        "scores": _aggregate(rows, metrics, systems),
+        "scores": _aggregate(rows, metrics, systems, groups),
         "usage": {k: v.model_dump() for k, v in LEDGER.snapshot().items()},
         "construction_usage": {k: v.model_dump() for k, v in construction.items()},
         "embedding_usage": LEDGER.embedding_summary(),
@@ -339,21 +353,21 @@ def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | 
         "reused_memory": built["reused"], "ingest_seconds": round(built["seconds"], 1),
         "resumed_answers": skipped, "systems": systems,
         "questions": len({(r["sample_id"], r["index"]) for r in rows}),
-        "judge": {"model": judge.model, "prompt_hash": judge.prompt_hash, "failures": judge.failures} if judge else None,
+        "judge": info.get("judge"), "judges": info, "judge_metrics": judged, "judge_audit": audit,
     }
-    (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n"
+    audit_md = f"## Judge audit (calibration set, ×100)\n\n```\n{audit_table(audit)}\n```\n\n" if audit else ""
+    (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n{audit_md}"
                                        f"## LLM usage per stage\n\n```\n{LEDGER.table(local)}\n```\n")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return {**summary, "table": table, "usage_table": LEDGER.table(local), "rows": rows}
+    return {**summary, "table": table, "usage_table": LEDGER.table(local), "rows": rows, "groups": groups}
 
 
-def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str]) -> dict[str, dict[str, float]]:
+def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str],
+               groups: list[Group] | None = None) -> dict[str, dict[str, float]]:
+    """``{system: {"<metric>.<group>": mean, "n.<group>": count}}`` over the groups and ``overall``."""
     out: dict[str, dict[str, float]] = {}
     for system in systems:
-        mine = [r for r in rows if r["system"] == system]
-        for cat in [*SCORED_CATEGORIES, "overall"]:
-            sel = [r for r in mine if cat == "overall" or r["category"] == cat]
-            name = cat if cat == "overall" else CATEGORY_NAMES[cat]
+        for name, sel in scored_groups(rows, system, groups):
             for m in metrics:
                 vals = [r[m] for r in sel if r.get(m) is not None]
                 if vals:

@@ -2,7 +2,7 @@
 
 Parent: resolved config (no secrets), dataset checksum, server flags, the prompt of every signature
 registered in MLflow's prompt registry (a changed instruction makes a new version; the version is a
-param), judge model + prompt hash, per-stage cost, counters, artifacts (per-question JSONL, tables,
+param), judge model + prompt hash (per judge), the judge audit, per-stage cost, counters, artifacts (per-question JSONL, tables,
 summary, charts, program state, full prompt texts). Child ``<system>``: that system's scores.
 Tracking URI: ``settings.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db``
 (the sqlite backend needs full ``mlflow``, not ``mlflow-skinny``).
@@ -81,9 +81,10 @@ def register_prompts(prefix: str = "nemori-dspy") -> dict[str, int]:
 def _charts(summary: dict[str, Any], out_dir: Path) -> None:
     from nemori_dspy.eval.charts import category_bar_chart, cost_by_stage_chart
 
-    metric = "judge" if summary.get("judge") else "f1"
+    metric = (summary.get("judge_metrics") or (["judge"] if summary.get("judge") else ["f1"]))[0]
     try:
-        category_bar_chart(summary["rows"], metric, summary["systems"], out_dir / f"scores_by_category_{metric}.png")
+        category_bar_chart(summary["rows"], metric, summary["systems"], out_dir / f"scores_by_category_{metric}.png",
+                           groups=summary.get("groups"), benchmark=summary.get("benchmark", "LoCoMo"))
         cost_by_stage_chart(summary["construction_usage"] or summary["usage"], out_dir / "cost_by_stage.png")
     except Exception as exc:  # a chart must never cost the run its record
         log.warning("chart failed: %s", exc)
@@ -94,7 +95,9 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
     """Log one eval (parent run + a child per system); returns the parent run id.
 
     Metric names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
-    ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}``, ``counter.<name>``.
+    ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}``, ``counter.<name>``,
+    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}`` (the judge on its calibration set).
+    Params: ``<judge>.{model,prompt_hash,failures}`` per judge (``judge``, ``judge_strict``).
     """
     import mlflow
 
@@ -110,8 +113,8 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
             params.update({f"prompt_version.{k}": str(v) for k, v in register_prompts().items()})
         except Exception as exc:  # e.g. a file-store backend without a prompt registry
             log.warning("prompt registry unavailable (%s); prompts are still logged as prompts.json", exc)
-        if summary.get("judge"):
-            params.update(flatten(summary["judge"], "judge."))
+        for name, info in (summary.get("judges") or ({"judge": summary["judge"]} if summary.get("judge") else {})).items():
+            params.update(flatten(info, f"{name}."))  # judge.model, judge.prompt_hash, judge_strict.prompt_hash
         params["systems"] = ",".join(summary.get("systems", summary["scores"].keys()))
         mlflow.log_params(params)
         metrics: dict[str, float] = {}
@@ -121,6 +124,8 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
             metrics.update({f"cost.{stage}.{k}": float(v) for k, v in usage.items()})
         metrics.update({f"counter.{k}": float(v) for k, v in summary["counters"].items()})
         metrics.update({f"embedding.{k}": float(v) for k, v in (summary.get("embedding_usage") or {}).items()})
+        for name, audit in (summary.get("judge_audit") or {}).items():
+            metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
         metrics["ingest_seconds"] = float(summary["ingest_seconds"])
         mlflow.log_metrics(metrics)
         mlflow.log_dict({k: json.loads(signature_text(v)) for k, v in SIGNATURES.items()}, "prompts.json")

@@ -1,4 +1,5 @@
-"""Command line: ``nemori-dspy eval locomo --data PATH [options]``.
+"""Command line: ``nemori-dspy eval locomo --data PATH [options]``, ``nemori-dspy eval longmemeval --data PATH``,
+``nemori-dspy optimize ...``, ``nemori-dspy report``.
 
 Options override ``NemoriSettings`` (which also reads ``NEMORI_*`` env vars); the settings
 then flow one way into ``build_runtime`` → ``dspy.configure``.
@@ -22,6 +23,9 @@ LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/3eb6f2c585f
 _SETTING_FLAGS = ("model", "api_base", "gguf", "models_dir", "local_model_size", "embedder", "embedder_path",
                   "judge_model", "window_size", "adapter", "mlflow_tracking_uri", "mlflow_experiment",
                   "distillation", "n_threads", "n_ctx")
+#: settings flags of the judged evals only (``eval locomo``, ``eval longmemeval``).
+_JUDGE_FLAGS = ("judge_audit",)
+_JUDGE_SETTINGS = (*_JUDGE_FLAGS, "judge_prompt")  # --judge sets judge_prompt
 
 
 def _setting_help(name: str) -> str:
@@ -46,7 +50,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse tree: ``eval locomo``."""
+    """The argparse tree: ``eval locomo``, ``eval longmemeval``, ``optimize``, ``report``."""
     p = argparse.ArgumentParser(prog="nemori-dspy", description="Nemori long-term memory as a DSPy pipeline")
     sub = p.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="run a benchmark").add_subparsers(dest="benchmark", required=True)
@@ -72,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  "memory/ keyed by everything that shapes memory, reused by later runs)")
     lo.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
     lo.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
-    for name in _SETTING_FLAGS:
+    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
         lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
+    lo.add_argument("--judge", dest="judge_prompt", choices=["generous", "strict", "both"], default=None,
+                    help=_setting_help("judge_prompt"))
+    _longmemeval_parser(ev)
     _optimize_parser(sub)
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
@@ -84,6 +91,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_serve.add_parsers(sub)  # serve http|mcp|token, add, search, answer, list, delete, export, import
     return p
+
+
+def _longmemeval_parser(ev: Any) -> None:
+    """``eval longmemeval``: one memory per question, the per-type LongMemEval judges (``eval/longmemeval_runner.py``)."""
+    lm = ev.add_parser("longmemeval", help="LongMemEval QA: build one memory per question, answer, judge per "
+                                           "question type, log to MLflow")
+    lm.add_argument("--data", required=True, help="longmemeval_s_cleaned.json or a file in its schema (a JSON list "
+                                                  "of questions; https://huggingface.co/datasets/xiaowu0162/"
+                                                  "longmemeval-cleaned)")
+    lm.add_argument("--questions", help="comma-separated question ids (default: all, in file order)")
+    lm.add_argument("--question-types", help="comma-separated question types, e.g. temporal-reasoning,"
+                                             "knowledge-update (default: all)")
+    lm.add_argument("--max-questions", type=_positive_int, help="cap on questions in all (after the filters)")
+    lm.add_argument("--system", default="nemori,no-memory", help="comma-separated systems, as for eval locomo")
+    lm.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
+                                                          "runs/longmemeval-*) without redoing answered questions")
+    lm.add_argument("--concurrency", type=_positive_int, default=1, help="questions whose memory is built at once")
+    lm.add_argument("--program", help="load a saved pipeline state before running")
+    lm.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
+    lm.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    lm.add_argument("--out", help="run folder (default runs/longmemeval-<time>)")
+    lm.add_argument("--db", help="SQLite store file to build into (default: a reused store under "
+                                 "~/.cache/nemori-dspy/memory/, as for eval locomo)")
+    lm.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
+    lm.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
+    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
+        lm.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
 
 
 def _optimize_parser(sub: Any) -> None:
@@ -156,7 +190,7 @@ def resolve_dataset(path: str | None, settings: Any = None) -> Path:
 def _settings(args: argparse.Namespace) -> Any:
     from .config import load_settings
 
-    overrides = {k: getattr(args, k) for k in _SETTING_FLAGS if getattr(args, k, None) is not None}
+    overrides = {k: getattr(args, k) for k in (*_SETTING_FLAGS, *_JUDGE_SETTINGS) if getattr(args, k, None) is not None}
     if args.no_cache:
         overrides["cache"] = False
     return load_settings(**overrides)
@@ -166,7 +200,7 @@ def _run_dir(args: argparse.Namespace, kind: str = "locomo") -> Path:
     if args.out:
         return Path(args.out)
     if getattr(args, "resume", False):  # the newest run that got as far as answering (a failed start: empty folder)
-        runs = sorted(p for p in Path("runs").glob("locomo-*") if (p / "results.jsonl").exists())
+        runs = sorted(p for p in Path("runs").glob(f"{kind}-*") if (p / "results.jsonl").exists())
         if runs:
             return runs[-1]
     return Path(f"runs/{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -179,7 +213,7 @@ def _ids(text: str | None) -> list[str] | None:
 def _eval_locomo(args: argparse.Namespace) -> int:
     from .embedders import resolve_embedder
     from .eval.cache import CachedMemories, construction_key
-    from .eval.judge import LLMJudge
+    from .eval.judge_audit import locomo_audit_pairs
     from .eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from .eval.runner import EvalOptions, run_locomo
     from .eval.systems import parse_systems
@@ -222,10 +256,10 @@ def _eval_locomo(args: argparse.Namespace) -> int:
             provider: Any = SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl"))
         else:
             provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
-        judge = None if args.no_judge else LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
-                                                    parse_retries=settings.parse_retries, model_label=rt.judge_label)
         opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
                            concurrency=args.concurrency)
+        judge = None if args.no_judge else _locomo_judges(settings, rt, locomo_audit_pairs(
+            conversations, opts.categories, opts.max_questions, settings.judge_audit))
         summary = run_locomo(provider, conversations, opts, judge, out)
         provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
         server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
@@ -244,6 +278,88 @@ def _eval_locomo(args: argparse.Namespace) -> int:
         print(f"MLflow run {run_id} at {tracking_uri(settings)} (view: mlflow ui --backend-store-uri "
               f"{tracking_uri(settings)}; or: nemori-dspy report --run-id {run_id})")
     return 0
+
+
+def _eval_longmemeval(args: argparse.Namespace) -> int:
+    from .eval.judge import JudgePanel
+    from .eval.judge_audit import longmemeval_audit_pairs
+    from .eval.locomo import dataset_sha256
+    from .eval.longmemeval import load_longmemeval
+    from .eval.longmemeval_judge import LongMemEvalJudge
+    from .eval.longmemeval_runner import run_longmemeval
+    from .eval.runner import EvalOptions
+    from .eval.systems import parse_systems
+    from .runtime import build_runtime
+
+    settings = _settings(args)
+    systems = parse_systems(args.system)
+    questions = load_longmemeval(args.data, _ids(args.questions), _ids(args.question_types))[: args.max_questions]
+    data_sha = dataset_sha256(args.data)
+    program = _program_state(args.program)  # a bad --program fails before any model is loaded
+    out = _run_dir(args, "longmemeval")
+    print(f"dataset {args.data} ({len(questions)} question(s), one memory each); systems "
+          f"{', '.join(s.name for s in systems)}; run folder {out}", flush=True)
+    t0 = time.perf_counter()
+    with build_runtime(settings) as rt:
+        print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
+        provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program)
+        judge = None if args.no_judge else JudgePanel(
+            {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries, model_label=rt.judge_label)},
+            longmemeval_audit_pairs(questions, settings.judge_audit))
+        opts = EvalOptions(systems=systems, resume=args.resume, concurrency=args.concurrency)
+        summary = run_longmemeval(provider, questions, opts, judge, out)
+        provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
+        server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
+    _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
+    if not args.no_mlflow:
+        from .eval.tracking import log_eval_run, tracking_uri
+
+        run_id = log_eval_run(settings, summary, out, {
+            "benchmark": "longmemeval", "dataset.path": str(args.data), "dataset.sha256": data_sha,
+            "dataset.questions": len(questions), "question_types": args.question_types or "all",
+            "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
+            "program": args.program, "server": server_flags}, run_name=out.name)
+        print(f"MLflow run {run_id} at {tracking_uri(settings)} (or: nemori-dspy report --run-id {run_id})")
+    return 0
+
+
+def _memory_provider(args: argparse.Namespace, settings: Any, rt: Any, data_sha: str,
+                     program: dict[str, Any] | None) -> tuple[Any, str]:
+    """(memory provider, embedder name): ``--db`` → one shared store, else stores reused by construction key."""
+    from .embedders import resolve_embedder
+    from .eval.cache import CachedMemories, construction_key
+    from .eval.runner import SharedMemory
+    from .memory import Memory
+    from .modules.pipeline import NemoriPipeline, stage_factory
+    from .modules.resources import Resources
+    from .store import open_store
+
+    embedder = resolve_embedder(settings)
+
+    def make_memory(s: Any, path: Path) -> Memory:
+        store = open_store(s, path)
+        pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
+        if args.program:
+            pipeline.load(args.program)
+        return Memory(store, embedder, s, pipeline=pipeline)
+
+    if args.db:
+        return SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl")), embedder.name
+    def key_of(s: Any) -> str:
+        return construction_key(s, rt.model_label, embedder.name, data_sha, program)
+
+    return CachedMemories(settings, make_memory, key_of, settings.cache_dir), embedder.name
+
+
+def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
+    """The LoCoMo judge panel (``eval.judge.JudgePanel``) on the runtime's judge LM: the prompt(s)
+    ``settings.judge_prompt`` names (``judge``, ``judge_strict``), with its calibration set."""
+    from .eval.judge import JUDGE_METRICS, JudgePanel, LLMJudge
+
+    return JudgePanel({name: LLMJudge(rt.judge_lm, max_tokens=settings.stage_max_tokens("judge"),
+                                      parse_retries=settings.parse_retries, model_label=rt.judge_label,
+                                      strict=name == "judge_strict")
+                       for name in JUDGE_METRICS[settings.judge_prompt]}, audit)
 
 
 def _program_state(path: str | None) -> dict[str, Any] | None:
@@ -289,6 +405,18 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
     print(answer_time_table(summary["rows"], summary["systems"]))
     print("\nScores ×100 per category with 95% CI (n = questions):")
     print(summary["table"])
+    for system, by_metric in (summary.get("longmemeval") or {}).items():  # upstream's summary metrics
+        parts = [f"{m} task-averaged {100 * a['task_averaged']:.1f}, abstention "
+                 + ("-" if a["abstention"] is None else f"{100 * a['abstention']:.1f}")
+                 for m, a in by_metric.items() if a["task_averaged"] is not None]
+        if parts:
+            print(f"{system} (LongMemEval, ×100): " + "; ".join(parts))
+    if summary.get("judge_audit"):
+        from .eval.judge_audit import audit_table
+
+        print("\nJudge audit (calibration set from the data: the gold answer must be judged CORRECT, a known-wrong "
+              "answer WRONG; accuracy ×100):")
+        print(audit_table(summary["judge_audit"]))
     for sid, cov in summary["coverage"].items():
         print(f"{sid}: {cov['messages']} turns, {cov['in_one_episode']} in exactly one episode, "
               f"{cov['in_no_episode']} in none, {cov['in_several']} in several; {cov['episodes']} episodes")
@@ -327,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "eval" and args.benchmark == "locomo":
             return _eval_locomo(args)
+        if args.command == "eval" and args.benchmark == "longmemeval":
+            return _eval_longmemeval(args)
         if args.command == "report":
             return _report(args)
         if args.command == "optimize":

@@ -178,7 +178,8 @@ def prompt_hash(inputs: dict[str, str]) -> int:
 
 def default_responders(groups_of: int = 5) -> dict[str, Responder]:
     """Plausible, deterministic replies for every signature: fixed-size partitions, narratives that
-    quote the messages, no merges, one insight per message line, 'new' consolidation."""
+    quote the messages, no merges, one insight per message line, 'new' consolidation; the generous judge
+    passes an answer contained in the gold, the strict one only the gold itself."""
 
     def partition(i: dict[str, str]) -> str:
         n = int(i["message_count"])
@@ -206,7 +207,14 @@ def default_responders(groups_of: int = 5) -> dict[str, Responder]:
         "JudgeAnswer": lambda i: chat_reply(reasoning="same date", label="CORRECT"
                                             if i["generated_answer"].lower() in i["gold_answer"].lower()
                                             else "WRONG"),
+        "JudgeAnswerStrict": strict_judge,
     }
+
+
+def strict_judge(i: dict[str, str]) -> str:
+    """Scripted strict judge: key facts present only when the answer equals the gold (case-insensitive)."""
+    same = i["generated_answer"].strip().lower() == i["gold_answer"].strip().lower()
+    return chat_reply(key_facts_present=same, contradicts_gold=not same, label="CORRECT" if same else "WRONG")
 
 
 def replay_responders() -> dict[str, Responder]:

@@ -18,7 +18,7 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalPreference,
     JudgeLongMemEvalTemporal,
 )
-from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer
+from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer, JudgeAnswerStrict
 from nemori_dspy.signatures.semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "DistillDirect",
     "AnswerQuestion",
     "JudgeAnswer",
+    "JudgeAnswerStrict",
     "JudgeLongMemEvalDefault",
     "JudgeLongMemEvalTemporal",
     "JudgeLongMemEvalKnowledgeUpdate",
@@ -42,8 +43,8 @@ __all__ = [
     "signature_text",
 ]
 
-#: stage name → signature class (pipeline stages as in ``nemori_dspy.config.STAGES``; the judge_lme_* are
-#: the LongMemEval_S per-type judges, Appendix D.4.2).
+#: stage name → signature class (pipeline stages as in ``nemori_dspy.config.STAGES``; ``judge_strict`` is our
+#: stricter LoCoMo judge; the judge_lme_* are the LongMemEval_S per-type judges, Appendix D.4.2).
 SIGNATURES: dict[str, type[dspy.Signature]] = {
     "partition": PartitionMessages,
     "narrate": NarrateEpisode,
@@ -55,6 +56,7 @@ SIGNATURES: dict[str, type[dspy.Signature]] = {
     "direct_distill": DistillDirect,
     "answer": AnswerQuestion,
     "judge": JudgeAnswer,
+    "judge_strict": JudgeAnswerStrict,
     "judge_lme_default": JudgeLongMemEvalDefault,
     "judge_lme_temporal": JudgeLongMemEvalTemporal,
     "judge_lme_knowledge_update": JudgeLongMemEvalKnowledgeUpdate,

@@ -43,6 +43,11 @@ __all__ = [
     "replay_responders",
     "signature_fields",
     "unit_vector",
+    "LongMemEvalLM",
+    "lme_responders",
+    "longmemeval_file",
+    "longmemeval_questions",
+    "write_json",
     "RunningServer",
     "free_port",
     "messages",
@@ -143,3 +148,125 @@ def messages(n: int, prefix: str = "d", start: int = 0) -> list[dict]:
     return [{"speaker": "Alice" if i % 2 == 0 else "Bob", "id": f"{prefix}{i}",
              "content": f"{prefix}: let's talk about {topics[i % len(topics)]} (line {i})",
              "timestamp": (T0 + timedelta(minutes=i)).isoformat()} for i in range(start, start + n)]
+
+
+# ---------------------------------------------------------------- LongMemEval judges
+class LongMemEvalLM(ScriptedLM):
+    """ScriptedLM that also routes the five LongMemEval judge prompts (checked before the field routes:
+    three of them share their fields, so they are told apart by a phrase of their instruction)."""
+
+    LME_ROUTES = {
+        "JudgeLongMemEvalDefault": "answers a memory question correctly",
+        "JudgeLongMemEvalTemporal": "answers a temporal-reasoning question correctly",
+        "JudgeLongMemEvalKnowledgeUpdate": "gives the up-to-date answer",
+        "JudgeLongMemEvalPreference": "personalised as a rubric describes",
+        "JudgeLongMemEvalAbstention": "identifies an unanswerable question as unanswerable",
+    }
+
+    def route(self, system: str) -> str:
+        hits = [name for name, phrase in self.LME_ROUTES.items() if phrase in system]
+        if hits:
+            assert len(hits) == 1, f"ambiguous route: {hits}"
+            return hits[0]
+        return super().route(system)
+
+
+# ---------------------------------------------------------------- LongMemEval files and replies
+import copy  # noqa: E402
+import json  # noqa: E402
+
+def longmemeval_questions() -> list[dict]:
+    """Three LongMemEval_S questions in the official schema (written for this project)."""
+    return [
+        {
+            "question_id": "q-temporal",
+            "question_type": "temporal-reasoning",
+            "question": "How many days passed between buying the bike and the first ride?",
+            "answer": 3,  # some official answers are ints
+            "question_date": "2023/05/30 (Tue) 23:40",
+            "haystack_session_ids": ["sharegpt_noise_1", "answer_bike_1"],
+            "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/25 (Thu) 14:05"],
+            "haystack_sessions": [
+                [
+                    {"role": "user", "content": "Give me a pasta recipe."},
+                    {"role": "assistant", "content": "Boil water, add pasta."},
+                ],
+                [
+                    {"role": "user", "content": "I bought a bike on May 22.", "has_answer": True},
+                    {"role": "assistant", "content": "Nice!", "has_answer": False},
+                    {"role": "user", "content": "First ride was on May 25.", "has_answer": True},
+                ],
+            ],
+            "answer_session_ids": ["answer_bike_1"],
+        },
+        {
+            "question_id": "q-pref",
+            "question_type": "single-session-preference",
+            "question": "Can you suggest a weekend activity?",
+            "answer": "The user would prefer outdoor suggestions related to hiking.",
+            "question_date": "2023/06/02 (Fri) 09:00",
+            "haystack_session_ids": ["answer_hike_1", "ultrachat_2"],
+            "haystack_dates": ["2023/05/01 (Mon) 10:00", "2023/05/03 (Wed) 11:30"],
+            "haystack_sessions": [
+                [
+                    {"role": "user", "content": "I love hiking in the Alps.", "has_answer": True},
+                    {"role": "assistant", "content": "Sounds great."},
+                ],
+                [
+                    {"role": "user", "content": "What is 2+2?"},
+                    {"role": "assistant", "content": "   "},  # blank turn: skipped, ids keep positions
+                    {"role": "user", "content": "Thanks."},
+                ],
+            ],
+            "answer_session_ids": ["answer_hike_1"],
+        },
+        {
+            "question_id": "q-ku_abs",
+            "question_type": "knowledge-update",
+            "question": "What is the name of my new cat?",
+            "answer": "You mentioned adopting a dog, not a cat.",
+            "question_date": "2023/07/01 (Sat) 12:00",
+            # oracle-style: not sorted by time
+            "haystack_session_ids": ["answer_pet_2", "answer_pet_1"],
+            "haystack_dates": ["2023/06/20 (Tue) 08:00", "2023/06/10 (Sat) 08:00"],
+            "haystack_sessions": [
+                [{"role": "user", "content": "The dog is now called Rex."}],
+                [{"role": "user", "content": "I adopted a dog named Max."}],
+            ],
+            "answer_session_ids": ["answer_pet_1", "answer_pet_2"],
+        },
+    ]
+
+
+def write_json(tmp_path: Path, data, name: str = "longmemeval_s_mini.json") -> Path:
+    """``data`` as JSON in ``tmp_path/name``; returns the path."""
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def longmemeval_file(tmp_path):
+    """The loader tests' three questions plus a second temporal one (so the audit has a same-type wrong answer)."""
+    data = longmemeval_questions()
+    second = copy.deepcopy(data[0])
+    second.update(question_id="q-temporal-2", question="How long did the bike ride last?", answer="12 days")
+    return write_json(tmp_path, [*data, second])
+
+
+def lme_responders() -> dict:
+    """Pipeline replies plus judges that say yes when the gold's first word is in the answer; P_ans answers
+    '3 days' to the bike question and declines the cat one."""
+    def contains(field: str):
+        return lambda i: chat_reply(label="yes" if i[field].split()[0].lower() in i["generated_answer"].lower()
+                                    else "no")
+
+    def answer(i):
+        q = i["question"]
+        return chat_reply(answer="3 days" if "bike" in q and "How many" in q else
+                          "You never mentioned a cat, it is not known." if "cat" in q else "Try hiking.")
+
+    return {**default_responders(), "AnswerQuestion": answer,
+            "JudgeLongMemEvalDefault": contains("gold_answer"), "JudgeLongMemEvalTemporal": contains("gold_answer"),
+            "JudgeLongMemEvalKnowledgeUpdate": contains("gold_answer"),
+            "JudgeLongMemEvalPreference": lambda i: chat_reply(label="yes" if "hiking" in i["generated_answer"] else "no"),
+            "JudgeLongMemEvalAbstention": lambda i: chat_reply(label="yes" if "not" in i["generated_answer"] else "no")}

@@ -202,3 +202,129 @@ def test_resume_picks_the_newest_run_that_answered_not_a_failed_start(tmp_path, 
     failed.mkdir()
     args = argparse.Namespace(out=None, resume=True)
     assert _run_dir(args).resolve() == real.resolve()
+
+
+def test_judge_audit_printed_in_summary_and_mlflow_and_off_with_0(tmp_path, scripted_runtime, capsys):
+    import mlflow
+
+    assert _run(tmp_path, "--system", "nemori", "--judge-audit", "2") == 0
+    out = capsys.readouterr().out
+    assert "Judge audit" in out and "gold → CORRECT" in out
+    run_id = out.split("MLflow run ")[1].split()[0]
+    audit = json.loads((tmp_path / "run/summary.json").read_text())["judge_audit"]["judge"]
+    assert (audit["n_gold"], audit["n_wrong"], audit["n"]) == (2, 2, 4)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    metrics = mlflow.get_run(run_id).data.metrics
+    assert metrics["judge_audit.judge.n"] == 4 and metrics["judge_audit.judge.overall"] == audit["overall"]
+    assert "nemori.judge.overall" in metrics and "judge_audit.judge.overall" not in {
+        k for k in metrics if k.startswith("nemori.")}
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    report = capsys.readouterr().out
+    assert "Judge audit" in report and "judge_audit" not in report.split("## Judge audit")[0]
+    assert _run(tmp_path, "--system", "nemori", "--judge-audit", "0", "--no-mlflow", "--out", str(tmp_path / "r0")) == 0
+    assert "Judge audit" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "r0/summary.json").read_text())["judge_audit"] is None
+
+
+def test_generous_and_strict_judges_side_by_side(tmp_path, scripted_runtime, capsys):
+    import mlflow
+
+    from nemori_dspy.eval.judge import JUDGE_PROMPT_HASH, JUDGE_STRICT_PROMPT_HASH
+
+    assert _run(tmp_path, "--system", "nemori,no-memory", "--judge", "both", "--judge-audit", "2") == 0
+    out = capsys.readouterr().out
+    header = next(x for x in out.splitlines() if x.startswith("system") and "category" in x)
+    assert "judge" in header.split() and "judge_strict" in header.split()
+    run_id = out.split("MLflow run ")[1].split()[0]
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["judges"]["judge"]["prompt_hash"] == JUDGE_PROMPT_HASH
+    assert summary["judges"]["judge_strict"]["prompt_hash"] == JUDGE_STRICT_PROMPT_HASH
+    assert set(summary["judge_audit"]) == {"judge", "judge_strict"}
+    scores = summary["scores"]["nemori"]
+    assert "judge.overall" in scores and "judge_strict.overall" in scores
+    # the scripted strict judge passes only the gold itself: never more than the generous one
+    assert scores["judge_strict.overall"] <= scores["judge.overall"]
+    assert scripted_runtime.calls["JudgeAnswerStrict"] >= 2 * 3 + 2 * 2  # 2 systems × 3 answers + the audit
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    run = mlflow.get_run(run_id)
+    assert run.data.params["judge.prompt_hash"] == JUDGE_PROMPT_HASH
+    assert run.data.params["judge_strict.prompt_hash"] == JUDGE_STRICT_PROMPT_HASH
+    assert run.data.params["prompt.judge_strict"] == JUDGE_STRICT_PROMPT_HASH
+    assert "nemori.judge_strict.overall" in run.data.metrics and "judge_audit.judge_strict.overall" in run.data.metrics
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    assert "judge_strict" in capsys.readouterr().out
+    # strict alone: its own column, no generous one
+    assert _run(tmp_path, "--system", "nemori", "--judge", "strict", "--no-mlflow", "--out", str(tmp_path / "r2")) == 0
+    scores = json.loads((tmp_path / "r2/summary.json").read_text())["scores"]["nemori"]
+    assert "judge_strict.overall" in scores and "judge.overall" not in scores
+    with pytest.raises(SystemExit):
+        main(["eval", "locomo", "--judge", "lenient"])
+
+
+@pytest.fixture
+def lme_runtime(monkeypatch, tmp_path):
+    from tests.fakes import lme_responders
+    from tests.fakes import LongMemEvalLM
+
+    lm = LongMemEvalLM(lme_responders())
+
+    def fake_build(settings: NemoriSettings, configure: bool = True):
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
+
+    monkeypatch.setattr(runtime, "build_runtime", fake_build)
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
+    return lm
+
+
+def test_eval_longmemeval_end_to_end_resume_mlflow_and_report(tmp_path, lme_runtime, capsys):
+    import mlflow
+
+    from tests.fakes import longmemeval_file as official_file
+
+    data = official_file(tmp_path)
+    args = ["eval", "longmemeval", "--data", str(data), "--embedder", "hashing-64", "--out", str(tmp_path / "run"),
+            "--mlflow-tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--system", "nemori,no-memory"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "4 question(s), one memory each" in out and "temporal-reasoning" in out and "Judge audit" in out
+    assert "nemori (LongMemEval, ×100): judge task-averaged" in out
+    run_id = out.split("MLflow run ")[1].split()[0]
+    rows = [json.loads(x) for x in (tmp_path / "run/results.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    run = mlflow.get_run(run_id)
+    assert run.data.params["benchmark"] == "longmemeval" and run.data.params["judge.prompt_hash"]
+    for name in ("nemori.judge.temporal-reasoning", "nemori.judge.abstention", "nemori.judge.task-averaged",
+                 "no-memory.f1.overall", "judge_audit.judge.overall", "cost.narrate.calls"):
+        assert name in run.data.metrics, name
+    assert main(["report", "--run-id", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    report = capsys.readouterr().out
+    assert "temporal-reasoning" in report and "task-averaged" in report and "Judge audit" in report
+
+    # interrupted: drop the last 3 answers; --resume asks only those, memory is reused
+    (tmp_path / "run/results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-3]))
+    answers, narrated = lme_runtime.calls["AnswerQuestion"], lme_runtime.calls["NarrateEpisode"]
+    assert main([*args, "--resume", "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed: 5 answers" in out and "reused memory" in out
+    assert lme_runtime.calls["AnswerQuestion"] - answers == 3 and lme_runtime.calls["NarrateEpisode"] == narrated
+    assert len((tmp_path / "run/results.jsonl").read_text().splitlines()) == 8
+
+
+def test_eval_longmemeval_filters_and_bad_input_fail_before_any_model(tmp_path, monkeypatch, capsys):
+    from tests.fakes import longmemeval_file as official_file
+
+    def no_model(*a, **k):
+        raise AssertionError("runtime built despite bad input")
+
+    monkeypatch.setattr(runtime, "build_runtime", no_model)
+    data = official_file(tmp_path)
+    assert main(["eval", "longmemeval", "--data", str(tmp_path / "missing.json")]) == 2
+    assert "Fix:" in capsys.readouterr().err
+    assert main(["eval", "longmemeval", "--data", str(data), "--question-types", "abstention"]) == 2
+    assert "abstention" in capsys.readouterr().err
+    assert main(["eval", "longmemeval", "--data", str(data), "--judge-audit", "-1"]) == 2
+    assert "judge_audit (given as --judge-audit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "longmemeval"])  # --data is required

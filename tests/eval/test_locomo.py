@@ -196,7 +196,8 @@ def test_synthetic_evidence_normalisation(tmp_path):
     assert q0.evidence == ["D8:6", "D9:17"]  # split on ';', "D" and "D:11:26" dropped
     assert q0.raw_evidence == ["D8:6; D9:17", "D", "D:11:26"]
     assert q1.evidence == ["D30:5", "D9:1", "D4:4", "D4:6"]  # leading zero, whitespace split
-    assert q2.evidence == [] and q2.answer == ""
+    assert q2.evidence == [] and q2.answer == "" and q2.adversarial_answer == "yes"
+    assert q0.adversarial_answer is None  # only items that carry one
     assert q0.answer == "23 July, 2023"  # stripped
     assert q1.answer == "3"  # int → str
 

@@ -33,77 +33,11 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalTemporal,
 )
 from nemori_dspy.usage import LEDGER
-from tests.fakes import ScriptedLM, chat_reply
+from tests.fakes import LongMemEvalLM, chat_reply
+from tests.fakes import longmemeval_questions as _questions
+from tests.fakes import write_json as _write
 
 # ------------------------------------------------------------------ a tiny official-schema file
-
-
-def _questions() -> list[dict]:
-    return [
-        {
-            "question_id": "q-temporal",
-            "question_type": "temporal-reasoning",
-            "question": "How many days passed between buying the bike and the first ride?",
-            "answer": 3,  # some official answers are ints
-            "question_date": "2023/05/30 (Tue) 23:40",
-            "haystack_session_ids": ["sharegpt_noise_1", "answer_bike_1"],
-            "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/25 (Thu) 14:05"],
-            "haystack_sessions": [
-                [
-                    {"role": "user", "content": "Give me a pasta recipe."},
-                    {"role": "assistant", "content": "Boil water, add pasta."},
-                ],
-                [
-                    {"role": "user", "content": "I bought a bike on May 22.", "has_answer": True},
-                    {"role": "assistant", "content": "Nice!", "has_answer": False},
-                    {"role": "user", "content": "First ride was on May 25.", "has_answer": True},
-                ],
-            ],
-            "answer_session_ids": ["answer_bike_1"],
-        },
-        {
-            "question_id": "q-pref",
-            "question_type": "single-session-preference",
-            "question": "Can you suggest a weekend activity?",
-            "answer": "The user would prefer outdoor suggestions related to hiking.",
-            "question_date": "2023/06/02 (Fri) 09:00",
-            "haystack_session_ids": ["answer_hike_1", "ultrachat_2"],
-            "haystack_dates": ["2023/05/01 (Mon) 10:00", "2023/05/03 (Wed) 11:30"],
-            "haystack_sessions": [
-                [
-                    {"role": "user", "content": "I love hiking in the Alps.", "has_answer": True},
-                    {"role": "assistant", "content": "Sounds great."},
-                ],
-                [
-                    {"role": "user", "content": "What is 2+2?"},
-                    {"role": "assistant", "content": "   "},  # blank turn: skipped, ids keep positions
-                    {"role": "user", "content": "Thanks."},
-                ],
-            ],
-            "answer_session_ids": ["answer_hike_1"],
-        },
-        {
-            "question_id": "q-ku_abs",
-            "question_type": "knowledge-update",
-            "question": "What is the name of my new cat?",
-            "answer": "You mentioned adopting a dog, not a cat.",
-            "question_date": "2023/07/01 (Sat) 12:00",
-            # oracle-style: not sorted by time
-            "haystack_session_ids": ["answer_pet_2", "answer_pet_1"],
-            "haystack_dates": ["2023/06/20 (Tue) 08:00", "2023/06/10 (Sat) 08:00"],
-            "haystack_sessions": [
-                [{"role": "user", "content": "The dog is now called Rex."}],
-                [{"role": "user", "content": "I adopted a dog named Max."}],
-            ],
-            "answer_session_ids": ["answer_pet_1", "answer_pet_2"],
-        },
-    ]
-
-
-def _write(tmp_path: Path, data, name: str = "longmemeval_s_mini.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
 
 
 @pytest.fixture
@@ -240,25 +174,6 @@ def test_unknown_ids_and_types(tmp_path):
 
 
 # ------------------------------------------------------------------ judge routing
-
-
-class LongMemEvalLM(ScriptedLM):
-    """ScriptedLM that also routes the five LongMemEval judge prompts (checked before the defaults)."""
-
-    ROUTES = {
-        "JudgeLongMemEvalDefault": "answers a memory question correctly",
-        "JudgeLongMemEvalTemporal": "answers a temporal-reasoning question correctly",
-        "JudgeLongMemEvalKnowledgeUpdate": "gives the up-to-date answer",
-        "JudgeLongMemEvalPreference": "personalised as a rubric describes",
-        "JudgeLongMemEvalAbstention": "identifies an unanswerable question as unanswerable",
-    }
-
-    def route(self, system: str) -> str:
-        hits = [name for name, phrase in self.ROUTES.items() if phrase in system]
-        if hits:
-            assert len(hits) == 1, f"ambiguous route: {hits}"
-            return hits[0]
-        return super().route(system)
 
 
 def _yes_if_contains(gold_field: str):

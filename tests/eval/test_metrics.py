@@ -319,3 +319,12 @@ def test_answer_time_table_counts_context_tokens_even_for_cache_hits():
     ]
     lines = answer_time_table(rows, ["rag-4096"]).splitlines()
     assert lines[2].split() == ["rag-4096", "2", "600.0", "-", "50.0"]
+
+
+def test_evidence_recall_keeps_ids_of_other_benchmarks_and_drops_malformed_dia_ids():
+    from nemori_dspy.eval.metrics import evidence_recall_at_k
+
+    ranked = [["answer_bike_1:1"], ["sharegpt_1:2", "answer_bike_1:3"]]
+    assert evidence_recall_at_k(ranked, ["answer_bike_1:1", "answer_bike_1:3"], 1) == 0.5
+    assert evidence_recall_at_k(ranked, ["answer_bike_1:1", "answer_bike_1:3"], 2) == 1.0
+    assert evidence_recall_at_k([["D1:3"]], ["D1:03", "D", "D:11:26"], 1) == 1.0
