@@ -73,7 +73,7 @@ class NemoriSettings(BaseSettings):
     judge_prompt: Literal["generous", "strict", "both"] = Field(
         default="generous", description="LoCoMo judge prompt: generous (mem0's rules, scores 'judge'), strict (key "
         "facts, dates at the gold's precision; scores 'judge_strict') or both side by side")
-    judge_audit: int = Field(default=20, ge=0, description="judge audit: calibration pairs (gold answer must be "
+    judge_audit: int = Field(default=10, ge=0, description="judge audit: calibration pairs (gold answer must be "
                              "judged CORRECT, a known-wrong answer WRONG) scored beside every judged eval; 0 = off")
     adapter: Literal["chat", "json"] = Field(default="chat", description="DSPy adapter formatting prompts")
     cache: bool = Field(default=True, description="DSPy response cache; retries always bypass it")
