@@ -19,10 +19,10 @@ from nemori_dspy.usage import LEDGER
 
 pytestmark = pytest.mark.live
 
-TURNS = [
-    ("Caroline", "I went to a LGBTQ support group yesterday and it was so powerful.", "2023-05-08T13:56:00"),
-    ("Melanie", "That's great, Caroline! What happened there?", "2023-05-08T13:57:00"),
-    ("Caroline", "People shared their transgender stories. I felt accepted.", "2023-05-08T13:58:00"),
+TURNS = [  # written for this project (no LoCoMo text)
+    ("Caroline", "I went to a pottery workshop yesterday and it was so relaxing.", "2023-05-08T13:56:00"),
+    ("Melanie", "That's great, Caroline! What did you make there?", "2023-05-08T13:57:00"),
+    ("Caroline", "A blue bowl for my kitchen. The teacher was very patient.", "2023-05-08T13:58:00"),
     ("Melanie", "I painted a sunrise over the lake last week, it calms me.", "2023-05-08T13:59:00"),
 ]
 
@@ -46,7 +46,7 @@ def test_live_ingest_and_answer(tmp_path, live):
         mem.add_messages("caroline", [{"speaker": s, "content": c, "timestamp": t, "id": f"D1:{i}"}
                                       for i, (s, c, t) in enumerate(TURNS, 1)])
         report = mem.flush("caroline")
-        res = mem.answer("caroline", "What did Caroline attend?")
+        res = mem.answer("caroline", "What workshop did Caroline attend?")
     ids = [m for ep in mem.list_episodes("caroline") for m in ep.message_ids]
     assert sorted(ids) == ["D1:1", "D1:2", "D1:3", "D1:4"], report
     assert isinstance(res.answer, str) and res.answer
@@ -69,3 +69,29 @@ def test_live_relative_date_becomes_absolute_in_the_narrative(tmp_path, live):
     assert sorted(m for ep in episodes for m in ep.message_ids) == ["p1", "p2"]
     text = " ".join(ep.narrative for ep in episodes)
     assert "2023" in text and ("May" in text or "2023-05" in text), text
+
+
+def test_live_http_server_adds_in_the_background_and_answers(tmp_path, live):
+    """The REST surface on the real model: messages accepted at once (202), built by the background worker,
+    answered through the same Memory; nothing lost."""
+    import httpx
+
+    from nemori_dspy.serving.http import create_app
+    from nemori_dspy.serving.worker import BackgroundProcessor
+    from tests.fakes import RunningServer, wait_until
+
+    store = SQLiteStore(tmp_path / "serve.db")
+    mem = Memory(store, HashingEmbedder(64), live.settings)
+    proc = BackgroundProcessor(mem, threads=1, lm=live.lm, adapter=dspy.ChatAdapter())
+    with RunningServer(create_app(mem, proc, token="t0k")) as srv, \
+            httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer t0k"}, timeout=600) as c:
+        body = {"messages": [{"speaker": s, "content": t, "timestamp": ts, "id": f"H{i}"}
+                             for i, (s, t, ts) in enumerate(TURNS, 1)]}
+        assert c.post("/v1/users/caroline/messages", json=body).status_code == 202
+        assert c.post("/v1/users/caroline/flush", params={"wait": "true"}).status_code == 202
+        wait_until(lambda: not c.get("/v1/users/caroline/status").json()["processing"], timeout=600,
+                   what="the background worker")
+        ans = c.post("/v1/users/caroline/answer", json={"question": "What did Caroline make?"}).json()
+    store.close()
+    assert isinstance(ans["answer"], str) and ans["answer"]
+    assert sorted(m for ep in mem.list_episodes("caroline") for m in ep.message_ids) == ["H1", "H2", "H3", "H4"]
