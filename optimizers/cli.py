@@ -17,7 +17,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["optimize_command", "print_results"]
+__all__ = ["optimize_command", "print_results", "ignored_budget_flags"]
+
+
+#: budget flags each optimizer reads (``optimize.make_optimizer``); others are reported as having no effect.
+_BUDGET_FLAGS = {"bootstrap": {"max_demos"}, "labeled": {"max_demos"},
+                 "mipro": {"auto", "num_trials", "num_candidates", "max_demos"},
+                 "gepa": {"auto", "max_metric_calls"}, "simba": {"auto", "num_trials", "max_demos"}}
+
+
+def ignored_budget_flags(args: argparse.Namespace) -> list[str]:
+    """Budget flags given on the command line that the chosen optimizer does not use (or that another flag
+    overrides: MIPROv2's ``--auto`` when ``--num-trials`` is given, ``--num-candidates`` without it)."""
+    used = _BUDGET_FLAGS.get(args.optimizer, set())
+    given = {k for k in ("auto", "max_metric_calls", "num_trials", "num_candidates") if getattr(args, k, None)}
+    out = [k for k in sorted(given) if k not in used]
+    if args.optimizer == "mipro" and args.num_trials and args.auto:
+        out.append("auto")
+    if args.optimizer == "mipro" and args.num_candidates and not args.num_trials:
+        out.append("num_candidates")
+    if args.optimizer == "gepa" and args.max_metric_calls and args.auto:
+        out.append("auto")
+    return ["--" + k.replace("_", "-") for k in out]
 
 
 def _reflection(settings: Any, name: str) -> Any:
@@ -47,6 +68,8 @@ def optimize_command(args: argparse.Namespace) -> int:
 
     stages = parse_stages(args.stage, end_to_end=args.metric == "end-to-end")
     check_available(args.optimizer)
+    for flag in ignored_budget_flags(args):
+        print(f"note: {flag} has no effect with --optimizer {args.optimizer}", flush=True)
     logging.getLogger("dspy.teleprompt").setLevel(logging.INFO)  # optimizer progress (iterations, trial scores)
     settings = _settings(args)
     train_ids, dev_ids = _ids(args.train) or [], _ids(args.dev) or []
@@ -129,7 +152,8 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
                                "memory.store": str(provider.path(system))})
         results = run_optimize(memory, records, opts)
     seconds = time.perf_counter() - t0
-    print_results(results, out, seconds, construction)
+    print_results(results, out, seconds, construction,
+                  eval_hint=f"--data {args.data or '<data>'} --sessions {args.sessions} --conversations {','.join(dev_ids)}")
     if run is not None:
         from nemori_dspy.optimizers.tracking import log_results
         from nemori_dspy.eval.tracking import tracking_uri
@@ -152,8 +176,10 @@ def _cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
             f"{g['output_tokens']:,.0f} out tokens, {g['seconds']:.0f} s" for who, g in groups.items()]
 
 
-def print_results(results: list[Any], out: Path, seconds: float, construction: dict[str, Any]) -> None:
-    """The human summary of an optimization (see the module docstring)."""
+def print_results(results: list[Any], out: Path, seconds: float, construction: dict[str, Any],
+                  eval_hint: str = "") -> None:
+    """The human summary of an optimization (see the module docstring); ``eval_hint`` completes the suggested
+    ``eval locomo`` command (data, slice, dev conversations)."""
     built = sum(u.calls for u in construction.values())
     print(f"\nmemory construction before tuning: {built} LLM calls")
     for r in results:
@@ -171,5 +197,6 @@ def print_results(results: list[Any], out: Path, seconds: float, construction: d
             print(f"  {name}: {what}, {ch['demos']} demo(s)")
             if ch["instruction_changed"]:
                 print("    " + json.dumps(ch["instruction"])[:600])
-    print(f"\nprogram saved to {out / 'program.json'} (use: nemori-dspy eval locomo --program {out / 'program.json'}); "
+    print(f"\nprogram saved to {out / 'program.json'} (held-out check: nemori-dspy eval locomo {eval_hint} "
+          f"--program {out / 'program.json'}); "
           f"results in {out / 'result.json'}; total {seconds / 60:.1f} min")

@@ -270,3 +270,11 @@ def test_end_to_end_mode_rebuilds_memory_per_candidate(tmp_path, scripted_runtim
     assert built > 0
     result = json.loads((tmp_path / "opt/result.json").read_text())
     assert result[0]["n_dev"] == 1 and result[0]["n_train"] == 2
+
+
+def test_budget_flags_an_optimizer_ignores_are_reported(tmp_path, scripted_runtime, capsys):
+    assert _optimize(tmp_path, "--stage", "answer", "--optimizer", "labeled", "--max-metric-calls", "30",
+                     "--no-mlflow") == 0
+    out = capsys.readouterr().out
+    assert "note: --max-metric-calls has no effect with --optimizer labeled" in out
+    assert "held-out check: nemori-dspy eval locomo --data" in out and "--sessions 1-2 --conversations conv-b" in out
