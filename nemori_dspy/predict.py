@@ -60,9 +60,16 @@ class SchemaEchoError(ValueError):
 class TruncatedReplyError(ValueError):
     """The reply of stage ``stage`` was cut off by its output token cap (finish_reason ``"length"``)."""
 
-    def __init__(self, stage: str, cap: int | None) -> None:
-        self.stage, self.cap = stage, cap
+    def __init__(self, stage: str, cap: int | None, pred: dspy.Prediction | None = None) -> None:
+        self.stage, self.cap, self.pred = stage, cap, pred  # pred: what did parse of the cut reply, if anything
         super().__init__(f"stage {stage!r}: the reply was cut off at max_tokens={cap}")
+
+
+#: stages whose output is prose: when every attempt is cut by its cap, the last reply that still parsed is kept
+#: (counted as ``truncated_accepted.<stage>`` and logged) instead of parking the work — a narrative cut after its
+#: fifth sentence is worth more than a window of messages left out of memory. Answers and structured outputs
+#: (partition, select, consolidate, judge) are never accepted cut.
+SALVAGE_TRUNCATED_STAGES = frozenset({"narrate", "integrate", "anticipate", "distill", "direct_distill"})
 
 
 @functools.cache
@@ -180,7 +187,11 @@ class StagePredict(dspy.Module):
         finally:
             _CAP.reset(token)
         if cut:
-            raise TruncatedReplyError(self.stage_name, cap)
+            try:
+                parsed: dspy.Prediction | None = check_not_echo(pred)
+            except SchemaEchoError:
+                parsed = None
+            raise TruncatedReplyError(self.stage_name, cap, parsed)
         pred = check_not_echo(pred)
         recorder = current_recorder()
         if recorder is not None:  # tuning data: what this stage saw and returned (recording.py)
@@ -190,6 +201,7 @@ class StagePredict(dspy.Module):
     def _attempts(self, inputs: dict[str, Any]) -> dspy.Prediction:
         """Up to ``parse_retries + 1`` calls; a truncated reply gets one more call at twice the cap."""
         last: Exception | None = None
+        salvage: dspy.Prediction | None = None
         cap, widened, reroll, n, budget = self.max_tokens, False, 0, 0, self.parse_retries + 1
         with stage(self.stage_name):
             while n < budget:
@@ -199,6 +211,7 @@ class StagePredict(dspy.Module):
                 try:
                     return self._once(inputs, reroll, cap)
                 except TruncatedReplyError as exc:
+                    salvage = exc.pred if exc.pred is not None else salvage
                     last, wider = exc, (None if widened else self._wider(cap))
                     if wider is not None:  # the same request with room to finish; its cache key differs
                         widened, cap, budget = True, wider, max(budget, n + 2)
@@ -209,6 +222,14 @@ class StagePredict(dspy.Module):
                     last, reroll = exc, reroll + 1
                 log.warning("stage %s attempt %d failed: %s", self.stage_name, n + 1, str(last)[:300])
                 n += 1
+        if salvage is not None and self.stage_name in SALVAGE_TRUNCATED_STAGES:
+            LEDGER.count(f"truncated_accepted.{self.stage_name}")
+            log.warning("stage %s: every reply hit its cap (max_tokens=%s); keeping the last one that parsed, marked "
+                        "as truncated_accepted.%s", self.stage_name, cap, self.stage_name)
+            recorder = current_recorder()
+            if recorder is not None:
+                recorder.record(self.stage_name, inputs, dict(salvage.items()))
+            return salvage
         LEDGER.count("failed_stage_calls")
         raise LLMError(f"stage {self.stage_name!r} failed after {n} attempt(s): "
                        f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last

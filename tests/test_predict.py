@@ -90,13 +90,21 @@ def test_truncation_warning_names_the_stage_and_its_real_cap(caplog):
     lm = _lm_with([GOOD], cache=False)
     lm.finish_reason = "length"
     with caplog.at_level("WARNING", logger="dspy.clients.lm"), dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        with pytest.raises(LLMError, match="max_tokens"):  # cut at 320 and again at 640: never used
-            StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
+        # cut at 320 and again at 640: a narrative is prose, so the last reply that parsed is kept, marked
+        pred = StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
+    assert pred.narrative and LEDGER.counters["truncated_accepted.narrate"] == 1
     notes = [r.getMessage() for r in caplog.records if "output cap" in r.getMessage()]
     assert all(r.name == "nemori_dspy.predict" for r in caplog.records if "output cap" in r.getMessage())
     assert notes and all("'narrate'" in m and "NEMORI_STAGE_LMS" in m for m in notes)
     assert "max_tokens=320" in notes[0] and "max_tokens=640" in notes[-1]
     assert LEDGER.counters["truncated.narrate"] == len(notes)
+
+
+def test_a_cut_answer_is_never_salvaged_but_a_cut_narrative_is():
+    from nemori_dspy.predict import SALVAGE_TRUNCATED_STAGES
+
+    assert "narrate" in SALVAGE_TRUNCATED_STAGES
+    assert not {"answer", "judge", "partition", "select", "consolidate"} & SALVAGE_TRUNCATED_STAGES
 
 
 def test_an_auth_error_suggests_setting_the_api_key_not_a_bigger_model():
