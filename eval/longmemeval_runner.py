@@ -26,8 +26,8 @@ from nemori_dspy.eval.locomo import LoCoMoConversation
 from nemori_dspy.eval.longmemeval import QUESTION_TYPES, LongMemEvalQuestion
 from nemori_dspy.eval.longmemeval_judge import question_example, summarise_accuracy
 from nemori_dspy.eval.metrics import Group, bleu1, token_f1
-from nemori_dspy.eval.runner import (EvalOptions, MemoryProvider, SharedMemory, _build, _Checkpoint, _context, _context_tokens,
-                     _CostCheckpoint, _recall, _summarise)
+from nemori_dspy.eval.runner import (EvalOptions, start_run, MemoryProvider, _context, _context_tokens,
+                     _recall, _summarise)
 from nemori_dspy.eval.systems import System
 
 __all__ = ["LONGMEMEVAL_GROUPS", "LONGMEMEVAL_SCORES", "as_conversation", "dated_question", "run_longmemeval"]
@@ -102,25 +102,9 @@ def run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEv
         ``longmemeval``: upstream's overall / task-averaged / abstention accuracy per system and judge
         (also as ``<judge>.task-averaged`` in ``scores``).
     """
-    provider = SharedMemory(memories) if isinstance(memories, Memory) else memories
     panel = as_panel(judge)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    LEDGER.reset()
-    ckpt = _Checkpoint(out_dir / "results.jsonl", opts.resume)
-    cost = _CostCheckpoint(out_dir / "cost.json", opts.resume)
     convs = [as_conversation(q) for q in questions]
-    built = _build(provider, convs, opts)
-    construction = LEDGER.snapshot()
-    cost.save(construction, built)
-    base = provider.memory(next((s for s in opts.systems if s.builds == "nemori"), opts.systems[0]))
-    rag = None
-    if any(s.context == "rag" for s in opts.systems):
-        rag = RagIndex(base.embedder, resolve_dates=base.settings.resolve_relative_dates)
-        for conv in convs:
-            rag.build(conv.sample_id, conv.messages)
-    skipped = len(ckpt.done)
-    if skipped and opts.progress:
-        tqdm.write(f"resuming: {skipped} answers already in {ckpt.path}; only the rest are asked")
+    provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, convs, opts, out_dir)
     for q, conv in tqdm(list(zip(questions, convs)), desc="answer", unit="q", disable=not opts.progress):
         for system in opts.systems:
             if (system.name, q.question_id, 0) not in ckpt.done:

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import dspy
 import litellm
@@ -243,12 +243,23 @@ class _Checkpoint:
             self.rows.append(row)
 
 
-def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
-               judge: LLMJudge | JudgePanel | None, out_dir: Path) -> dict[str, Any]:
-    """Build, answer, score; write ``results.jsonl`` (checkpointed), ``tables.md`` and ``summary.json``.
+class RunStart(NamedTuple):
+    """What ``start_run`` hands the answering loop of an eval."""
 
-    Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work, tables.
-    """
+    provider: "MemoryProvider"
+    ckpt: "_Checkpoint"
+    cost: "_CostCheckpoint"
+    built: dict[str, Any]
+    construction: dict[str, Usage]
+    base: Memory
+    rag: RagIndex | None
+    skipped: int
+
+
+def start_run(memories: "Memory | MemoryProvider", conversations: list[LoCoMoConversation], opts: EvalOptions,
+              out_dir: Path) -> RunStart:
+    """The start every eval shares (LoCoMo, LongMemEval): reset the ledger, open the answer and cost
+    checkpoints, build (or reuse) memory, index the RAG baseline if a system needs it, report resumed answers."""
     provider = SharedMemory(memories) if isinstance(memories, Memory) else memories
     out_dir.mkdir(parents=True, exist_ok=True)
     LEDGER.reset()
@@ -266,6 +277,16 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
     skipped = len(ckpt.done)
     if skipped and opts.progress:
         tqdm.write(f"resuming: {skipped} answers already in {ckpt.path}; only the rest are asked")
+    return RunStart(provider, ckpt, cost, built, construction, base, rag, skipped)
+
+
+def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
+               judge: LLMJudge | JudgePanel | None, out_dir: Path) -> dict[str, Any]:
+    """Build, answer, score; write ``results.jsonl`` (checkpointed), ``tables.md`` and ``summary.json``.
+
+    Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work, tables.
+    """
+    provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir)
     for conv in conversations:
         qs = [q for q in conv.questions if q.category in opts.categories][: opts.max_questions]
         for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):

@@ -211,17 +211,11 @@ def _ids(text: str | None) -> list[str] | None:
 
 
 def _eval_locomo(args: argparse.Namespace) -> int:
-    from .embedders import resolve_embedder
-    from .eval.cache import CachedMemories, construction_key
     from .eval.judge_audit import locomo_audit_pairs
     from .eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from .eval.runner import EvalOptions, run_locomo
     from .eval.systems import parse_systems
-    from .memory import Memory
-    from .modules.pipeline import NemoriPipeline, stage_factory
-    from .modules.resources import Resources
     from .runtime import build_runtime
-    from .store import open_store
 
     settings = _settings(args)
     logging.getLogger(__name__).info("resolved config (secrets removed): %s", settings.public_dict())
@@ -237,25 +231,8 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with build_runtime(settings) as rt:
         print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
-        embedder = resolve_embedder(settings)
-
-        def make_memory(s: Any, path: Path) -> Memory:
-            store = open_store(s, path)
-            pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
-            if args.program:
-                pipeline.load(args.program)
-            return Memory(store, embedder, s, pipeline=pipeline)
-
-        def key_of(s: Any) -> str:
-            return construction_key(s, rt.model_label, embedder.name, data_sha, program,
-                                    sessions.label() if sessions else None)
-
-        if args.db:
-            from .eval.runner import SharedMemory
-
-            provider: Any = SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl"))
-        else:
-            provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
+        provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program,
+                                                   sessions.label() if sessions else None)
         opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
                            concurrency=args.concurrency)
         judge = None if args.no_judge else _locomo_judges(settings, rt, locomo_audit_pairs(
@@ -271,7 +248,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
         run_id = log_eval_run(settings, summary, out, {
             "dataset.path": str(data), "dataset.sha256": data_sha,
             "dataset.conversations": ",".join(c.sample_id for c in conversations),
-            "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder.name,
+            "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
             "sessions": sessions.label() if sessions else "all",
             "program": args.program, "server": server_flags,
             "judge_server": judge_flags}, run_name=out.name)
@@ -324,8 +301,9 @@ def _eval_longmemeval(args: argparse.Namespace) -> int:
 
 
 def _memory_provider(args: argparse.Namespace, settings: Any, rt: Any, data_sha: str,
-                     program: dict[str, Any] | None) -> tuple[Any, str]:
-    """(memory provider, embedder name): ``--db`` → one shared store, else stores reused by construction key."""
+                     program: dict[str, Any] | None, sessions: str | None = None) -> tuple[Any, str]:
+    """(memory provider, embedder name) for ``eval`` and ``optimize``: ``--db`` → one shared store (stage records
+    beside it), else stores reused by construction key (settings, model, program, dataset, LoCoMo slice)."""
     from .embedders import resolve_embedder
     from .eval.cache import CachedMemories, construction_key
     from .eval.runner import SharedMemory
@@ -343,10 +321,11 @@ def _memory_provider(args: argparse.Namespace, settings: Any, rt: Any, data_sha:
             pipeline.load(args.program)
         return Memory(store, embedder, s, pipeline=pipeline)
 
-    if args.db:
+    if getattr(args, "db", None):
         return SharedMemory(make_memory(settings, Path(args.db)), Path(args.db + ".stages.jsonl")), embedder.name
+
     def key_of(s: Any) -> str:
-        return construction_key(s, rt.model_label, embedder.name, data_sha, program)
+        return construction_key(s, rt.model_label, embedder.name, data_sha, program, sessions)
 
     return CachedMemories(settings, make_memory, key_of, settings.cache_dir), embedder.name
 

@@ -192,9 +192,12 @@ class StagePredict(dspy.Module):
             except SchemaEchoError:
                 parsed = None
             raise TruncatedReplyError(self.stage_name, cap, parsed)
-        pred = check_not_echo(pred)
+        return self._record(inputs, check_not_echo(pred))
+
+    def _record(self, inputs: dict[str, Any], pred: dspy.Prediction) -> dspy.Prediction:
+        """Tuning data: what this stage saw and returned, when a recorder is active (``recording.py``)."""
         recorder = current_recorder()
-        if recorder is not None:  # tuning data: what this stage saw and returned (recording.py)
+        if recorder is not None:
             recorder.record(self.stage_name, inputs, dict(pred.items()))
         return pred
 
@@ -226,10 +229,7 @@ class StagePredict(dspy.Module):
             LEDGER.count(f"truncated_accepted.{self.stage_name}")
             log.warning("stage %s: every reply hit its cap (max_tokens=%s); keeping the last one that parsed, marked "
                         "as truncated_accepted.%s", self.stage_name, cap, self.stage_name)
-            recorder = current_recorder()
-            if recorder is not None:
-                recorder.record(self.stage_name, inputs, dict(salvage.items()))
-            return salvage
+            return self._record(inputs, salvage)
         LEDGER.count("failed_stage_calls")
         raise LLMError(f"stage {self.stage_name!r} failed after {n} attempt(s): "
                        f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last

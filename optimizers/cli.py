@@ -105,34 +105,16 @@ def optimize_command(args: argparse.Namespace) -> int:
 def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, stages: list[str], convs: dict,
               train_ids: list[str], dev_ids: list[str], data_sha: str, program: Any, sessions: Any, budget: Any,
               out: Path, t0: float) -> None:
-    from nemori_dspy.embedders import resolve_embedder
-    from nemori_dspy.eval.cache import CachedMemories, construction_key
+    from nemori_dspy.cli import _memory_provider
     from nemori_dspy.eval.systems import SYSTEMS
-    from nemori_dspy.memory import Memory
-    from nemori_dspy.modules.pipeline import NemoriPipeline, stage_factory
-    from nemori_dspy.modules.resources import Resources
     from nemori_dspy.optimizers.tune import OptimizeOptions, ensure_built, run_optimize
     from nemori_dspy.runtime import build_runtime
-    from nemori_dspy.store import open_store
     from nemori_dspy.usage import LEDGER
 
     with build_runtime(_reflection(settings, args.reflection_model)) as rt:
         print(f"student {rt.model_label}, reflection {rt.judge_label if args.reflection_model != 'none' else 'none'} "
               f"ready in {time.perf_counter() - t0:.1f}s", flush=True)
-        embedder = resolve_embedder(settings)
-
-        def make_memory(s: Any, path: Path) -> Memory:
-            store = open_store(s, path)
-            pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
-            if args.program:
-                pipeline.load(args.program)
-            return Memory(store, embedder, s, pipeline=pipeline)
-
-        def key_of(s: Any) -> str:
-            return construction_key(s, rt.model_label, embedder.name, data_sha, program,
-                                    sessions.label() if sessions else None)
-
-        provider = CachedMemories(settings, make_memory, key_of, settings.cache_dir)
+        provider, _ = _memory_provider(args, settings, rt, data_sha, program, sessions.label() if sessions else None)
         system = SYSTEMS["nemori"]
         memory, records = provider.memory(system), provider.record_path(system)
         ordered = [convs[i] for i in train_ids + dev_ids]

@@ -44,10 +44,7 @@ def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:
     """
     if stage not in PIPELINE_PATHS:
         raise ConfigError(f"unknown stage {stage!r}. Fix: use one of {', '.join(PIPELINE_PATHS)}.")
-    obj: Any = pipeline
-    for part in PIPELINE_PATHS[stage].split("."):
-        obj = getattr(obj, part)
-    return obj
+    return pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
 
 
 class _Shared:
@@ -227,7 +224,8 @@ def end_to_end_questions(conv: Any) -> list[Any]:
 
 
 def pipeline_stage_owner(pipeline: NemoriPipeline, owner_path: str) -> Any:
-    """The module holding a stage (``"episodic"`` → ``pipeline.episodic``)."""
+    """The attribute at a dotted path of the pipeline (``"episodic"`` → ``pipeline.episodic``,
+    ``"episodic.narrate"`` → its narrate stage)."""
     obj: Any = pipeline
     for part in owner_path.split("."):
         obj = getattr(obj, part)

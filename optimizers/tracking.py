@@ -114,11 +114,9 @@ def log_results(results: list[Any], out_dir: Path, seconds: float, construction:
     return versions
 
 
-_PREFIX = {"narrate": "episodic", "anticipate": "semantic", "distill": "semantic", "consolidate": "semantic",
-           "answer": "response"}
-
-
 def _pipeline_name(program_name: str) -> str:
     """``"narrate.predict"`` (a stage program's predictor) → ``"episodic.narrate.predict"`` (the pipeline's)."""
-    stage = program_name.split(".")[0]
-    return f"{_PREFIX.get(stage, '?')}.{program_name}"
+    from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+
+    stage, _, rest = program_name.partition(".")
+    return f"{PIPELINE_PATHS[stage]}.{rest}" if stage in PIPELINE_PATHS else program_name

@@ -32,7 +32,7 @@ from nemori_dspy.optimizers.metrics import STAGE_METRICS, end_to_end_metric
 from nemori_dspy.optimizers.optimize import Budget, DevScore, make_optimizer, score_program
 from nemori_dspy.optimizers.programs import (ConsolidateProgram, DistillProgram, EndToEndProgram, NarrateProgram,
                                              StageProgram, end_to_end_questions)
-from nemori_dspy.recording import read_records
+from nemori_dspy.recording import StageRecord, read_records
 from nemori_dspy.usage import LEDGER, Usage
 
 __all__ = ["TUNABLE_STAGES", "OptimizeOptions", "StageResult", "parse_stages", "stage_program", "stage_examples",
@@ -91,14 +91,14 @@ def stage_metric(stage: str) -> Callable[..., Any]:
     return STAGE_METRICS["distill" if "distill" in stage or stage == "anticipate" else stage]
 
 
-def stage_examples(stage: str, memory: Memory, records_path: Path,
+def stage_examples(stage: str, memory: Memory, records: list[StageRecord],
                    conversations: list[LoCoMoConversation]) -> list[dspy.Example]:
-    """The stage's examples for these conversations (records for construction stages, retrieval for answer)."""
+    """The stage's examples for these conversations (``records`` of the built memory for construction
+    stages, retrieval for answer)."""
     if stage == "answer":
         return locomo_answer_examples(memory, conversations)
     if stage == "consolidate":
         raise ConfigError("consolidate examples are the hand-written cases (datasets.CONSOLIDATION_CASES).")
-    records = read_records(records_path)
     if stage == "narrate":
         return narrate_examples(records, conversations)
     return distill_examples(records, conversations)
@@ -197,8 +197,9 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
         if stage == "consolidate":
             train, dev = consolidate_examples("a"), consolidate_examples("b")
         else:
-            train = stage_examples(stage, memory, records_path, opts.train)
-            dev = stage_examples(stage, memory, records_path, opts.dev)
+            records = read_records(records_path) if stage != "answer" else []
+            train = stage_examples(stage, memory, records, opts.train)
+            dev = stage_examples(stage, memory, records, opts.dev)
         metric, program = stage_metric(stage), stage_program(stage, memory.pipeline)
     if opts.max_train and len(train) > opts.max_train:
         train = random.Random(opts.budget.seed).sample(train, opts.max_train)

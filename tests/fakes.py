@@ -44,6 +44,7 @@ __all__ = [
     "signature_fields",
     "unit_vector",
     "LongMemEvalLM",
+    "install_scripted_runtime",
     "lme_responders",
     "longmemeval_file",
     "longmemeval_questions",
@@ -270,3 +271,20 @@ def lme_responders() -> dict:
             "JudgeLongMemEvalKnowledgeUpdate": contains("gold_answer"),
             "JudgeLongMemEvalPreference": lambda i: chat_reply(label="yes" if "hiking" in i["generated_answer"] else "no"),
             "JudgeLongMemEvalAbstention": lambda i: chat_reply(label="yes" if "not" in i["generated_answer"] else "no")}
+
+
+# ---------------------------------------------------------------- CLI tests: the runtime swapped for a scripted LM
+def install_scripted_runtime(monkeypatch: Any, cache_dir: Path, lm: Any) -> Any:
+    """Make ``nemori_dspy.runtime.build_runtime`` configure ``lm`` (no server, no network) and point
+    ``NEMORI_CACHE_DIR`` at ``cache_dir``, for tests that drive ``nemori_dspy.cli.main``. Returns ``lm``."""
+    import dspy
+
+    import nemori_dspy.runtime as runtime
+
+    def fake_build(settings: Any, configure: bool = True) -> Any:
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
+
+    monkeypatch.setattr(runtime, "build_runtime", fake_build)
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(cache_dir))
+    return lm

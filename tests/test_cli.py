@@ -6,26 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import dspy
 import pytest
 
 import nemori_dspy.runtime as runtime
 from nemori_dspy.cli import main
-from nemori_dspy.config import NemoriSettings
-from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders
+from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders, install_scripted_runtime
 
 
 @pytest.fixture
 def scripted_runtime(monkeypatch, tmp_path):
-    lm = ScriptedLM(default_responders())
-
-    def fake_build(settings: NemoriSettings, configure: bool = True):
-        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
-
-    monkeypatch.setattr(runtime, "build_runtime", fake_build)
-    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
-    return lm
+    return install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders()))
 
 
 def _run(tmp_path, *extra):
@@ -266,15 +256,7 @@ def lme_runtime(monkeypatch, tmp_path):
     from tests.fakes import lme_responders
     from tests.fakes import LongMemEvalLM
 
-    lm = LongMemEvalLM(lme_responders())
-
-    def fake_build(settings: NemoriSettings, configure: bool = True):
-        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
-
-    monkeypatch.setattr(runtime, "build_runtime", fake_build)
-    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
-    return lm
+    return install_scripted_runtime(monkeypatch, tmp_path / "cache", LongMemEvalLM(lme_responders()))
 
 
 def test_eval_longmemeval_end_to_end_resume_mlflow_and_report(tmp_path, lme_runtime, capsys):

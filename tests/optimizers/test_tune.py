@@ -9,7 +9,6 @@ from pathlib import Path
 import dspy
 import pytest
 
-import nemori_dspy.runtime as runtime
 from nemori_dspy.cli import main
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
@@ -18,12 +17,11 @@ from nemori_dspy.eval.runner import ingest_conversation
 from nemori_dspy.errors import ConfigError, DatasetError
 from nemori_dspy.memory import Memory
 from nemori_dspy.optimizers.datasets import distill_examples, narrate_examples, questions_for
-from nemori_dspy.optimizers.metrics import narrate_metric
 from nemori_dspy.optimizers.programs import DistillProgram, NarrateProgram
 from nemori_dspy.optimizers.tune import parse_stages
 from nemori_dspy.recording import read_records, recording
 from nemori_dspy.store.sqlite import SQLiteStore
-from tests.fakes import ScriptedLM, chat_reply, default_responders
+from tests.fakes import ScriptedLM, chat_reply, default_responders, install_scripted_runtime
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "synthetic_locomo.json"
 
@@ -185,15 +183,7 @@ def _verbose_narrator(i: dict[str, str]) -> str:
 
 @pytest.fixture
 def scripted_runtime(monkeypatch, tmp_path):
-    lm = ScriptedLM(default_responders(groups_of=2))
-
-    def fake_build(settings: NemoriSettings, configure: bool = True):
-        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-        return runtime.Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
-
-    monkeypatch.setattr(runtime, "build_runtime", fake_build)
-    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
-    return lm
+    return install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders(groups_of=2)))
 
 
 def _optimize(tmp_path, *extra):
