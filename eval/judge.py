@@ -16,7 +16,7 @@ import dspy
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
-from nemori_dspy.usage import LEDGER
+from nemori_dspy.usage import tally
 
 __all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel", "as_panel"]
 
@@ -63,7 +63,7 @@ class LLMJudge:
             return "WRONG"
         label = str(pred.label)
         if self.strict and label == "CORRECT" and (not pred.key_facts_present or pred.contradicts_gold):
-            LEDGER.count("judge_strict_overrides")
+            tally("judge_strict_overrides")
             return "WRONG"
         return label
 

@@ -40,11 +40,18 @@ def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:
     """The pipeline's ``StagePredict`` of ``stage``.
 
     Raises:
-        ConfigError: unknown stage name.
+        ConfigError: unknown stage name, or a stage the pipeline's configuration does not run (e.g.
+            ``distill`` with ``distillation="direct"``: it has no such predictor).
     """
     if stage not in PIPELINE_PATHS:
         raise ConfigError(f"unknown stage {stage!r}. Fix: use one of {', '.join(PIPELINE_PATHS)}.")
-    return pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
+    found = pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
+    if found is None:
+        s = pipeline.res.settings
+        raise ConfigError(f"stage {stage!r} is not run by this configuration (distillation={s.distillation!r}, "
+                          f"consolidation={s.consolidation}), so the pipeline has no predictor for it. Fix: tune a "
+                          f"stage it runs, or change NEMORI_DISTILLATION / NEMORI_CONSOLIDATION.")
+    return found
 
 
 class _Shared:

@@ -15,7 +15,6 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.memory import Memory
 from nemori_dspy.runtime import build_runtime
 from nemori_dspy.store.sqlite import SQLiteStore
-from nemori_dspy.usage import LEDGER
 
 pytestmark = pytest.mark.live
 
@@ -38,9 +37,8 @@ def live():
     assert rt.server is None
 
 
-def test_live_ingest_and_answer(tmp_path, live):
+def test_live_ingest_and_answer(tmp_path, live, ledger):
     settings = live.settings
-    LEDGER.reset()
     with dspy.context(lm=live.lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
         mem.add_messages("caroline", [{"speaker": s, "content": c, "timestamp": t, "id": f"D1:{i}"}
@@ -50,7 +48,7 @@ def test_live_ingest_and_answer(tmp_path, live):
     ids = [m for ep in mem.list_episodes("caroline") for m in ep.message_ids]
     assert sorted(ids) == ["D1:1", "D1:2", "D1:3", "D1:4"], report
     assert isinstance(res.answer, str) and res.answer
-    usage = LEDGER.snapshot()
+    usage = ledger.snapshot()
     assert usage["narrate"].calls >= 1 and usage["narrate"].input_tokens > 0
     assert usage["answer"].calls == 1 and res.usage.output_tokens > 0
 

@@ -17,7 +17,7 @@ from ..errors import LLMError
 from ..formatting import render_candidates, render_episode, render_messages, render_numbered_messages
 from ..types import Episode, StoredMessage, instant
 from ..recording import stage_meta
-from ..usage import LEDGER
+from ..usage import tally
 from .resources import Resources
 
 __all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps"]
@@ -155,12 +155,12 @@ class EpisodicIntegration(dspy.Module):
                                                                             self.res.settings.max_prompt_chars),
                                    message_count=n).groups
         except LLMError as exc:
-            LEDGER.count("partition_fallback_whole_window")
+            tally("partition_fallback_whole_window")
             log.warning("partition failed, using the whole window as one episode: %s", exc)
             reply = [list(range(1, n + 1))]
         groups, problems = repair_partition(reply, n)
         if problems:
-            LEDGER.count("partition_repairs")
+            tally("partition_repairs")
             log.info("partition reply repaired (%d problems): %s", len(problems), problems[:5])
         return [[messages[i - 1] for i in g] for g in groups]
 
@@ -220,7 +220,7 @@ class EpisodicIntegration(dspy.Module):
             target = self.choose(ep, cands)
             if target is not None:
                 merged = self.merge(target, ep, window)
-                LEDGER.count("episode_merges")
+                tally("episode_merges")
                 if target.id in out:
                     del out[target.id]
                 else:

@@ -18,7 +18,7 @@ from ..errors import LLMError
 from ..predict import StagePredict, load_predictor_class
 from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
-from ..usage import LEDGER
+from ..usage import tally
 from ..types import Episode
 from .episodic import EpisodicIntegration
 from .resources import Resources
@@ -95,7 +95,7 @@ class NemoriPipeline(dspy.Module):
                 pred = self.episodic(user_id=user_id, messages=pending, window=window)
         except LLMError as exc:
             report.parked.append(f"window {window} ({len(pending)} messages stay buffered): {exc}")
-            LEDGER.count("parked_windows")
+            tally("parked_windows")
             return False
         store.commit_window(user_id, window, pred.episodes, pred.superseded)
         report.windows += 1
@@ -111,7 +111,7 @@ class NemoriPipeline(dspy.Module):
                     pred = self.semantic(user_id=user_id, episode=ep)
             except LLMError as exc:
                 report.parked.append(f"episode {ep.id} distillation: {exc}")
-                LEDGER.count("parked_distillations")
+                tally("parked_distillations")
                 continue
             self.res.store.commit_distillation(user_id, ep.id, pred.inserts, pred.deletes)
             report.distilled += 1
