@@ -9,7 +9,7 @@ comparable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import dspy
 
@@ -70,8 +70,6 @@ class LLMJudge:
     def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
         return 1.0 if self.label(example.question, str(example.answer), str(pred.answer)) == "CORRECT" else 0.0
 
-
-JudgeFn = Callable[[Any, Any, Any], float]
 
 
 class JudgePanel:

@@ -22,7 +22,7 @@ from nemori_dspy.memory import Memory
 from nemori_dspy.recording import recording
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.usage import Usage, UsageLedger, tally
-from nemori_dspy.eval.baselines import CHARS_PER_TOKEN, RagIndex, full_context
+from nemori_dspy.eval.baselines import RagIndex, context_budget_chars, full_context
 from nemori_dspy.eval.judge import JudgePanel, LLMJudge, as_panel
 from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
@@ -172,7 +172,7 @@ def _memory_context(system: System, memory: Memory, conv: LoCoMoConversation, qu
 
 def _context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):
     """(context, ranked message ids per retrieved item or None, search ms) for one system."""
-    budget = (memory.settings.n_ctx - 1024) * CHARS_PER_TOKEN * 3 // 4
+    budget = context_budget_chars(memory.settings.n_ctx)
     if system.context == "memory":
         return _memory_context(system, memory, conv, question)
     if system.context == "full":

@@ -1,7 +1,7 @@
 """Settings: one pydantic-settings object, read from arguments, ``NEMORI_*`` env vars or a .env file.
 
-Config flows one way: ``NemoriSettings`` → ``configure_dspy`` / ``build_lms`` at the entry
-point. Paper defaults (§4.1, Appendix C) carry descriptive names because the paper reuses
+Config flows one way: ``NemoriSettings`` → ``nemori_dspy.runtime.build_runtime`` (LMs, adapter,
+cache, embedded server) and the ``Memory`` / ``NemoriPipeline`` it builds, at the entry point. Paper defaults (§4.1, Appendix C) carry descriptive names because the paper reuses
 τ, m and r for other things.
 """
 

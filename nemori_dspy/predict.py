@@ -24,7 +24,7 @@ from .errors import ConfigError, LLMError
 from .recording import current_recorder
 from .usage import current_stage, note_truncation, stage, tally, watch_truncation
 
-__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError"]
+__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError", "REROLL_TEMPERATURE"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ class TruncatedReplyError(ValueError):
 #: fifth sentence is worth more than a window of messages left out of memory. Answers and structured outputs
 #: (partition, select, consolidate, judge) are never accepted cut.
 SALVAGE_TRUNCATED_STAGES = frozenset({"narrate", "integrate", "anticipate", "distill", "direct_distill"})
+
+
+#: sampling temperature of a re-ask (which also bypasses DSPy's response cache). Nonzero because at
+#: temperature 0 a deterministic server answers the same prompt with the same bad reply; 0.7 is the usual
+#: default sampling temperature of chat models, varied enough to escape a format slip while staying on task.
+REROLL_TEMPERATURE = 0.7
 
 
 @functools.cache
@@ -160,7 +166,7 @@ class StagePredict(dspy.Module):
         if cap:
             config["max_tokens"] = cap
         if reroll:
-            config.update(cache=False, temperature=0.7, rollout_id=reroll)
+            config.update(cache=False, temperature=REROLL_TEMPERATURE, rollout_id=reroll)
         return config
 
     def forward(self, **inputs: Any) -> dspy.Prediction:

@@ -196,3 +196,24 @@ def test_truncation_is_seen_even_when_dspy_logging_is_silenced(ledger):
     finally:
         logger.setLevel(before)
     assert "truncated.answer" not in ledger.counters  # the log note did not run; the finish reason told
+
+
+def test_a_re_ask_bypasses_the_cache_at_the_named_reroll_temperature():
+    from nemori_dspy.predict import REROLL_TEMPERATURE
+
+    configs = []
+
+    class Flaky(dspy.Module):
+        def __init__(self, signature):
+            super().__init__()
+
+        def forward(self, config=None, **kwargs):
+            configs.append(dict(config or {}))
+            if len(configs) == 1:
+                raise ValueError("reply did not parse")
+            return dspy.Prediction(answer="Michael")
+
+    pred = StagePredict(AnswerQuestion, "answer", max_tokens=64, predictor_class=Flaky)(question="q", context="c")
+    assert pred.answer == "Michael" and REROLL_TEMPERATURE > 0
+    assert configs[0] == {"max_tokens": 64}  # the first ask: the LM's own temperature, cache allowed
+    assert configs[1] == {"max_tokens": 64, "cache": False, "temperature": REROLL_TEMPERATURE, "rollout_id": 1}

@@ -20,7 +20,12 @@ from ..recording import stage_meta
 from ..usage import tally
 from .resources import Resources
 
-__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps"]
+__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS"]
+
+#: when P_nar / P_int return a narrative but an empty cue, the cue is the narrative's first this many characters:
+#: about a title's length (the paper's cues are one short phrase), so lists, P_sel's candidates and the embedded
+#: ``cue + narrative`` text still get a short label rather than a second copy of the narrative.
+CUE_FALLBACK_CHARS = 80
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +180,7 @@ class EpisodicIntegration(dspy.Module):
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")
         ids = [m.id for m in msgs]
-        return Episode(id=episode_id(user_id, ids), user_id=user_id, cue=cue or narrative[:80],
+        return Episode(id=episode_id(user_id, ids), user_id=user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=list(msgs),
                        start=_earliest((m.timestamp for m in msgs), s.naive_timezone),
                        end=_latest((m.timestamp for m in msgs), s.naive_timezone),
@@ -189,7 +194,7 @@ class EpisodicIntegration(dspy.Module):
         if not narrative:
             raise LLMError("integration returned an empty narrative. Fix: retry later or use a stronger model.")
         ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
-        return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:80],
+        return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=old.messages + new.messages,
                        start=_earliest((old.start, new.start), tz), end=_latest((old.end, new.end), tz),
                        vector=self.res.embed(f"{cue}\n{narrative}"), supersedes=[old.id, *old.supersedes],

@@ -1,11 +1,8 @@
-"""Shared, non-copied resources handed to modules: store, embedder, settings and a predictor factory."""
+"""Shared, non-copied resources handed to modules: store, embedder and settings (one set per ``Memory``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
-import dspy
 import numpy as np
 
 from ..config import NemoriSettings
@@ -43,5 +40,3 @@ class Resources:
         arr = np.asarray(self.embedder.embed(clipped), dtype=np.float32)
         return arr.tolist()
 
-
-PredictorFactory = Callable[[str], dspy.Module]
