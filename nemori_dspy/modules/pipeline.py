@@ -2,19 +2,21 @@
 
 Predictor names (for optimizers and save/load): ``episodic.{partition,narrate,select,integrate}``,
 ``semantic.{anticipate,distill,consolidate,direct_distill}``, ``response.answer`` (each wraps a
-``.predict``). ``save(path)``/``load(path)`` round-trip instructions and demos of all of them.
+``.predict``); only the predictors the configuration runs exist (``semantic.anticipate``/``distill``
+or ``semantic.direct_distill``; ``semantic.consolidate`` with consolidation on). ``save(path)``/``load(path)``
+round-trip instructions and demos of all of them.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import dspy
 
 from ..config import NemoriSettings
-from ..errors import LLMError
+from ..errors import ConfigError, LLMError
 from ..predict import StagePredict, load_predictor_class
 from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
@@ -138,6 +140,23 @@ class NemoriPipeline(dspy.Module):
             if report.parked:
                 break
         return report
+
+    def load_state(self, state: dict, **kwargs: Any) -> "NemoriPipeline":
+        """DSPy's ``load_state``, with a clear error when the saved program lacks a predictor this
+        configuration runs (e.g. saved with ``distillation="direct"``, loaded with prediction-error
+        distillation). State of predictors this configuration does not run is ignored.
+
+        Raises:
+            ConfigError: a predictor of this pipeline has no state in ``state``.
+        """
+        missing = [name for name, _ in self.named_parameters() if name not in state]
+        if missing:
+            s = self.res.settings
+            raise ConfigError(f"the saved program has no state for {', '.join(missing)}, which this configuration "
+                              f"runs (distillation={s.distillation!r}, consolidation={s.consolidation}). Fix: load it "
+                              "with the distillation/consolidation settings it was saved with.")
+        super().load_state(state, **kwargs)
+        return self
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
         """Answer ``question`` from the user's memory (the graph's inference entry point)."""

@@ -55,6 +55,14 @@ def test_a_program_saved_with_more_stages_loads_into_one_that_runs_fewer(tmp_pat
     _pipeline(tmp_path, consolidation=False).load(str(tmp_path / "full.json"))
 
 
+def test_a_program_lacking_a_predictor_this_configuration_runs_is_refused_by_name(tmp_path):
+    from nemori_dspy.errors import ConfigError
+
+    _pipeline(tmp_path, distillation="direct").save(str(tmp_path / "direct.json"))
+    with pytest.raises(ConfigError, match="no state for semantic.anticipate.predict, semantic.distill.predict"):
+        _pipeline(tmp_path).load(str(tmp_path / "direct.json"))
+
+
 def test_save_and_load_round_trip_instructions_and_demos(tmp_path):
     p = _pipeline(tmp_path)
     answer = dict(p.named_predictors())["response.answer.predict"]
