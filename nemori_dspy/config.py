@@ -27,6 +27,7 @@ STAGES = (
     "distill",        # P_dis  §3.3.2
     "consolidate",    # P_con  §3.3.3
     "direct_distill", # Nemori-s, Appendix D.2
+    "summarize",      # P_sum, flat summarization management, Appendix A.1
     "answer",         # P_ans  §3.4
     "judge",          # LoCoMo LLM judge, Appendix D.4.1
 )
@@ -36,7 +37,7 @@ STAGES = (
 #: the cost of a bad reply. Override per stage with ``stage_lms={"narrate": {"max_tokens": 600}}``.
 DEFAULT_STAGE_MAX_TOKENS = {
     "partition": 200, "narrate": 320, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
-    "consolidate": 160, "direct_distill": 320, "answer": 64, "judge": 96,
+    "consolidate": 160, "direct_distill": 320, "summarize": 600, "answer": 64, "judge": 96,
 }
 
 
@@ -126,6 +127,13 @@ class NemoriSettings(BaseSettings):
     raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
     distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")
     consolidation: bool = Field(default=True, description="False = append insights without P_con (Appendix A.2)")
+    semantic_management: Literal["structured", "flat"] = Field(
+        default="structured", description="structured = semantic entries with evocation and P_con (§3.3); flat = one "
+        "running summary per user, the constant evoked context, rewritten by P_sum with each episode's insights "
+        "(Appendix A.1, a conceptual illustration in the paper)")
+    summary_max_chars: int = Field(default=6000, gt=0, description="flat management: a longer summary is cut at this "
+                                   "many characters (oldest text kept, noted as summary_truncated) so P_ant, P_sum "
+                                   "and P_ans prompts stay bounded")
     resolve_relative_dates: bool = Field(default=True, description="write the absolute date next to 'last week', "
                                          "'yesterday', … (from the message timestamp) in messages shown to P_nar, "
                                          "P_dis and P_ans, so small models need not do date arithmetic (§3.2.2)")
