@@ -1,10 +1,11 @@
 """``NemoriPipeline``: the whole method as one ``dspy.Module`` graph with stable predictor names.
 
 Predictor names (for optimizers and save/load): ``episodic.{partition,narrate,select,integrate}``,
-``semantic.{anticipate,distill,consolidate,direct_distill}``, ``response.answer`` (each wraps a
-``.predict``); only the predictors the configuration runs exist (``semantic.anticipate``/``distill``
-or ``semantic.direct_distill``; ``semantic.consolidate`` with consolidation on). ``save(path)``/``load(path)``
-round-trip instructions and demos of all of them.
+``semantic.{anticipate,distill,consolidate,direct_distill}`` (``semantic.summarize`` under flat
+management, Appendix A.1), ``response.answer`` (each wraps a ``.predict``); only the predictors the
+configuration runs exist (``semantic.anticipate``/``distill`` or ``semantic.direct_distill``;
+``semantic.consolidate`` with consolidation on). ``save(path)``/``load(path)`` round-trip instructions and
+demos of all of them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..types import Episode
 from .episodic import EpisodicIntegration
 from .resources import Resources
 from .response import ResponseGeneration
+from .flat import FlatSummaryDistillation
 from .semantic import SemanticDistillation
 
 __all__ = ["NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
@@ -51,6 +53,13 @@ def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | 
                             parse_retries=settings.parse_retries, lm=stage_lms.get(name), predictor_class=cls)
 
     return make
+
+
+def _semantic_module(resources: Resources, make: Callable[[str], dspy.Module]) -> dspy.Module:
+    """The semantic management ``settings.semantic_management`` names: structured (§3.3) or flat (App. A.1)."""
+    if resources.settings.semantic_management == "flat":
+        return FlatSummaryDistillation(resources, make)
+    return SemanticDistillation(resources, make)
 
 
 @dataclass
@@ -82,7 +91,7 @@ class NemoriPipeline(dspy.Module):
         self.res = resources
         make = make or stage_factory(resources.settings)
         self.episodic = episodic or EpisodicIntegration(resources, make)
-        self.semantic = semantic or SemanticDistillation(resources, make)
+        self.semantic = semantic or _semantic_module(resources, make)
         self.response = response or ResponseGeneration(resources, make)
 
     def process_window(self, user_id: str, force: bool, report: ProcessReport) -> bool:
@@ -153,8 +162,9 @@ class NemoriPipeline(dspy.Module):
         if missing:
             s = self.res.settings
             raise ConfigError(f"the saved program has no state for {', '.join(missing)}, which this configuration "
-                              f"runs (distillation={s.distillation!r}, consolidation={s.consolidation}). Fix: load it "
-                              "with the distillation/consolidation settings it was saved with.")
+                              f"runs (distillation={s.distillation!r}, consolidation={s.consolidation}, "
+                              f"semantic_management={s.semantic_management!r}). Fix: load it with the settings it "
+                              "was saved with.")
         super().load_state(state, **kwargs)
         return self
 

@@ -43,7 +43,7 @@ def test_evocation_keeps_only_entries_with_cosine_above_tau(tmp_path):
     _seed(store, {"close": unit_vector(30), "just above": unit_vector(44), "just below": unit_vector(46), "far": unit_vector(80)})
     lm = ScriptedLM(default_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+        pred = _module(store, TableEmbedder({}), None, evoke_threshold=0.70)(user_id="u", episode=_episode(unit_vector(0)))
     assert pred.evoked == ["close", "just above"]
     anticipate = [inp for name, inp in lm.prompts if name == "AnticipateEpisode"][0]
     assert "just above" in anticipate["known_facts"] and "just below" not in anticipate["known_facts"]
@@ -420,3 +420,12 @@ def test_a_re_dated_entry_is_one_candidate_and_a_conflict_on_it_deletes_the_stor
     assert [e.id for e in plan.inserts] == ["s0"] and plan.inserts[0].event_start == datetime(2023, 5, 8, 13, 0)
     plan.remove(["s0"])
     assert plan.inserts == [] and plan.deletes == ["s0"]
+
+
+def test_default_tau_is_the_embedders_measured_one():
+    from nemori_dspy.config import EVOKE_THRESHOLDS, PAPER_EVOKE_THRESHOLD
+
+    assert NemoriSettings().evoke_threshold == EVOKE_THRESHOLDS["all-MiniLM-L6-v2"] == 0.40
+    assert NemoriSettings(embedder="openai/text-embedding-3-small").evoke_threshold == PAPER_EVOKE_THRESHOLD == 0.70
+    assert NemoriSettings(embedder="hashing-64").evoke_threshold == PAPER_EVOKE_THRESHOLD  # not measured: the paper's
+    assert NemoriSettings(evoke_threshold=0.55).evoke_threshold == 0.55  # an explicit τ wins
