@@ -127,3 +127,13 @@ def test_a_conversation_re_sent_under_new_ids_adds_no_facts(tmp_path):
         mem.add_messages("u", [{**m, "id": "again-" + m["id"]} for m in talk])
         assert mem.status("u")["to_distill"] == 0
     assert sorted(e.text for e in mem.list_semantic("u")) == before and len(before) == 10
+
+
+def test_a_stage_flat_management_does_not_run_is_named_not_an_attribute_error(tmp_path):
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.optimizers.programs import pipeline_stage
+
+    flat = _pipeline(tmp_path, semantic_management="flat")
+    assert pipeline_stage(flat, "summarize") is flat.semantic.summarize
+    with pytest.raises(ConfigError, match="'consolidate' is not run by this configuration"):
+        pipeline_stage(flat, "consolidate")
