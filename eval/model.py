@@ -146,6 +146,7 @@ def load_program(ref: str, tracking_uri: str | None = None) -> dict[str, Any]:
                           "copy the run id from the eval's 'MLflow run …' line (runs:/<run_id>/program) or use "
                           "models:/<name>/<version> of a --register-model name; pass --mlflow-tracking-uri if "
                           "the run is in another store.") from None
-    finally:  # load_model configures dspy from the saved settings: keep this process's own
-        dspy.settings.configure(**{k: before.get(k) for k in ("lm", "adapter", "callbacks")})
+    finally:  # load_model configures dspy from the saved settings and makes the model MLflow's active one:
+        dspy.settings.configure(**{k: before.get(k) for k in ("lm", "adapter", "callbacks")})  # keep our own
+        mlflow.clear_active_model()  # else this eval's metrics and traces would be filed under the loaded model
     return program_state(model)

@@ -113,9 +113,10 @@ def prompt_hash(text: str) -> str:
 
 def register_prompt(stage: str, text: str, message: str, prefix: str = "nemori-dspy",
                     tags: dict[str, str] | None = None) -> int:
-    """Register ``text`` as a new version of ``<prefix>-<stage>`` unless the latest version is identical.
+    """The version of ``<prefix>-<stage>`` holding exactly ``text`` (the newest such), registering ``text`` as a new
+    version when none does: a tuned prompt gets a new version, a prompt that ran before keeps its version.
 
-    Returns the version number that holds ``text``. Needs a backend with a prompt registry (sqlite/postgres/server);
+    Returns the version number. Needs a backend with a prompt registry (sqlite/postgres/server);
     raises ``mlflow.exceptions.MlflowException`` otherwise.
     """
     import mlflow
@@ -123,10 +124,14 @@ def register_prompt(stage: str, text: str, message: str, prefix: str = "nemori-d
     name = f"{prefix}-{stage.replace('_', '-').replace('+', '-')}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cur = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
-        if cur is None or cur.template != text:
-            cur = mlflow.genai.register_prompt(name=name, template=text, commit_message=message,
-                                               tags={"hash": prompt_hash(text), **(tags or {})})
+        latest = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
+        for version in range(int(latest.version) if latest is not None else 0, 0, -1):
+            cur = latest if version == int(latest.version) else \
+                mlflow.genai.load_prompt(f"prompts:/{name}/{version}", allow_missing=True)
+            if cur is not None and cur.template == text:
+                return version
+        cur = mlflow.genai.register_prompt(name=name, template=text, commit_message=message,
+                                           tags={"hash": prompt_hash(text), **(tags or {})})
     return int(cur.version)
 
 
@@ -318,7 +323,7 @@ class EvalTracker:
         with self._lock:
             self._answers += 1
             step = self._add_sums(row)
-            means = {m: sum(v) / len(v) for m, v in self._sums[row["system"]].items() if v}
+            means = {m: sum(v) / len(v) for m, v in self._sums[row["system"]].items() if v and m != "_n"}
             self._pending.append(row)
             flush = self._logged_rows < _EAGER_ROWS or time.monotonic() - self._last_flush >= _ROW_EVERY_S
         system = row["system"]
