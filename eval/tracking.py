@@ -272,10 +272,15 @@ class EvalTracker:
             self.client.log_batch(run_id, params=new[i:i + 100])
 
     def _prompt_params(self, prompts: dict[str, str]) -> dict[str, str]:
-        """``prompt.<stage>`` (hash) and ``prompt_version.<stage>`` (registry version) of the prompts that run."""
+        """``prompt.<stage>`` (hash) and ``prompt_version.<stage>`` (registry version) of the prompts that run;
+        ``prompt.<name>`` of the other signatures (judges: ``signatures.signature_hash``)."""
         from mlflow.exceptions import MlflowException
 
-        out = {f"prompt.{stage}": prompt_hash(text) for stage, text in prompts.items()}
+        from nemori_dspy.signatures import SIGNATURES, signature_hash
+
+        # prompts outside the pipeline (judges): their code signature is what runs
+        out = {f"prompt.{k}": signature_hash(sig) for k, sig in SIGNATURES.items() if k not in prompts}
+        out.update({f"prompt.{stage}": prompt_hash(text) for stage, text in prompts.items()})
         try:
             out.update({f"prompt_version.{k}": str(v) for k, v in register_prompts(prompts).items()})
         except MlflowException as exc:  # e.g. a file-store backend without a prompt registry
