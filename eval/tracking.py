@@ -420,9 +420,12 @@ class EvalTracker:
             if self._closed or self.parent is None:
                 return
             self._closed = True
-        if status != "FINISHED":
+        if status != "FINISHED":  # what it had: the rows, the checkpoint and the cost so far
             try:
                 self.flush_rows()
+                for name in ("results.jsonl", "cost.json"):
+                    if (self.out_dir / name).exists():
+                        self.client.log_artifact(self.parent, str(self.out_dir / name))
             except (MlflowException, OSError, ValueError) as exc:  # a dying run must still get its status
                 log.warning("answer rows not flushed: %s", exc)
         for run_id in [*self.children.values(), self.parent]:

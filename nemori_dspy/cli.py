@@ -483,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the embedded model server and open runs are closed cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if hasattr(signal, "SIGHUP"):  # a closed terminal: the same clean end (an eval's MLflow run ends KILLED)
+        signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .errors import NemoriError
