@@ -41,7 +41,8 @@ from typing import Any, Iterator
 from nemori_dspy.config import NemoriSettings
 
 __all__ = ["tracking_uri", "artifact_location", "flatten", "predictor_text", "stage_prompts", "prompt_hash",
-           "register_prompt", "register_prompts", "mark_stale_runs", "EvalTracker", "RUN_FILE", "log_eval_run"]
+           "register_prompt", "register_prompts", "mark_stale_runs", "process_tags", "EvalTracker", "RUN_FILE",
+           "log_eval_run"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def process_tags() -> dict[str, str]:
+    """``{"nemori.host", "nemori.pid"}`` of this process: how ``mark_stale_runs`` tells a dead run."""
+    return {"nemori.host": socket.gethostname(), "nemori.pid": str(os.getpid())}
+
+
 def mark_stale_runs(client: Any, experiment_id: str) -> list[str]:
     """Mark KILLED every RUNNING run of the experiment whose process (tags ``nemori.host`` = this host,
     ``nemori.pid``) no longer exists, e.g. after ``kill -9``. Runs of other hosts are left alone.
@@ -208,7 +214,7 @@ class EvalTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         for run_id in mark_stale_runs(self.client, exp_id):
             log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", run_id)
-        tags = {"nemori.host": socket.gethostname(), "nemori.pid": str(os.getpid())}
+        tags = process_tags()
         if not self._reopen(tags):
             self.parent = self.client.create_run(exp_id, run_name=self.run_name, tags=tags).info.run_id
             self.children = {s: self.client.create_run(exp_id, run_name=s, tags={**tags, _PARENT_TAG: self.parent})

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nemori_dspy.config import NemoriSettings
-from nemori_dspy.eval.tracking import _set_experiment, flatten, predictor_text, register_prompt, tracking_uri
+from nemori_dspy.eval.tracking import (_set_experiment, flatten, mark_stale_runs, predictor_text, process_tags,
+                                      register_prompt, tracking_uri)
 
 __all__ = ["optimize_run", "log_results", "register_stage_prompt", "predictor_text"]
 
@@ -38,8 +39,10 @@ def optimize_run(settings: NemoriSettings, params: dict[str, Any], run_name: str
 
     uri = tracking_uri(settings)
     mlflow.set_tracking_uri(uri)
-    _set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
-    with mlflow.start_run(run_name=run_name) as run:
+    exp_id = _set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
+    for stale in mark_stale_runs(mlflow.MlflowClient(), exp_id):  # left RUNNING by a kill -9
+        log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", stale)
+    with mlflow.start_run(run_name=run_name, tags=process_tags()) as run:
         mlflow.log_params(flatten(params))
         mlflow.log_params(flatten(settings.public_dict(), "config."))
         try:
