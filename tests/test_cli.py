@@ -14,7 +14,7 @@ from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders, install_
 
 
 @pytest.fixture
-def scripted_runtime(monkeypatch, tmp_path):
+def scripted_runtime(monkeypatch, tmp_path, mlflow_db):  # mlflow_db: a migrated store at tmp_path/mlflow.db
     return install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders()))
 
 
@@ -252,7 +252,7 @@ def test_generous_and_strict_judges_side_by_side(tmp_path, scripted_runtime, cap
 
 
 @pytest.fixture
-def lme_runtime(monkeypatch, tmp_path):
+def lme_runtime(monkeypatch, tmp_path, mlflow_db):
     from tests.fakes import lme_responders
     from tests.fakes import LongMemEvalLM
 

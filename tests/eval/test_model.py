@@ -22,9 +22,9 @@ def tuned():
     return settings, state
 
 
-def test_log_and_load_round_trip_by_run_and_registered_name(tmp_path, tuned):
+def test_log_and_load_round_trip_by_run_and_registered_name(tmp_path, tuned, mlflow_db):
     settings, state = tuned
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_db
     mlflow.set_tracking_uri(uri)
     exp = mlflow.create_experiment("m", artifact_location=(tmp_path / "art").as_uri())
     run_id = mlflow.MlflowClient().create_run(exp).info.run_id
@@ -37,7 +37,7 @@ def test_log_and_load_round_trip_by_run_and_registered_name(tmp_path, tuned):
     assert load_program("models:/nemori-test/1", uri) == state
 
 
-def test_program_file_and_bad_references(tmp_path, tuned):
+def test_program_file_and_bad_references(tmp_path, tuned, mlflow_db):
     settings, state = tuned
     (tmp_path / "p.json").write_text(json.dumps(state))
     assert load_program(str(tmp_path / "p.json")) == state

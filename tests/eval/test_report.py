@@ -32,10 +32,10 @@ def _log(client, exp_id, name, metrics, parent=None):
 
 
 @pytest.fixture
-def tracked(tmp_path):
+def tracked(tmp_path, mlflow_db):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/m.db"
+    uri = mlflow_db
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.create_experiment("nemori-dspy", artifact_location=str(tmp_path / "artifacts"))
     old = _log(client, exp_id, "older", {"nemori.judge.overall": 0.1})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -41,9 +42,10 @@ def _rows(run_id: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def finished(tmp_path_factory, mlflow_template):
     """One eval (nemori + no-memory, 3 questions, judged) whose answer responder looks at MLflow mid-run."""
     tmp = tmp_path_factory.mktemp("tracked")
+    shutil.copy(mlflow_template, tmp / "mlflow.db")
     seen: dict[str, object] = {}
     responders = default_responders()
     answer = responders["AnswerQuestion"]
@@ -108,7 +110,7 @@ def test_logged_model_loads_as_the_program_that_ran(finished):
     assert all({**loaded[k], "lm": None} == {**saved[k], "lm": None} for k in loaded)
 
 
-def test_tracing_off_by_setting(tmp_path, monkeypatch):
+def test_tracing_off_by_setting(tmp_path, monkeypatch, mlflow_db):
     install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders()))
     monkeypatch.setenv("NEMORI_MLFLOW_TRACING", "false")
     assert main(_args(tmp_path, "--system", "no-memory", "--no-judge", "--max-questions", "1")) == 0
@@ -122,7 +124,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_killed_run_ends_killed_and_resume_finishes_the_same_run(tmp_path, monkeypatch):
+def test_killed_run_ends_killed_and_resume_finishes_the_same_run(tmp_path, monkeypatch, mlflow_db):
     responders = default_responders()
     answer, count = responders["AnswerQuestion"], {"n": 0}
 
@@ -158,8 +160,8 @@ def test_killed_run_ends_killed_and_resume_finishes_the_same_run(tmp_path, monke
     assert max(m.step for m in history) >= 1 and "nemori.f1.overall" in run.data.metrics
 
 
-def test_prompt_versions_follow_the_text_that_runs(tmp_path):
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+def test_prompt_versions_follow_the_text_that_runs(mlflow_db):
+    mlflow.set_tracking_uri(mlflow_db)
     settings = NemoriSettings()
     default = stage_prompts(ProgramModel(settings))
     first = register_prompts(default)
