@@ -23,7 +23,8 @@ import dspy
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.errors import ConfigError
 
-__all__ = ["ProgramModel", "log_program_model", "load_program", "apply_program", "is_model_uri", "MODEL_NAME"]
+__all__ = ["ProgramModel", "log_program_model", "load_program", "apply_program", "program_state", "is_model_uri",
+           "MODEL_NAME"]
 
 log = logging.getLogger(__name__)
 
