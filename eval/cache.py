@@ -64,6 +64,11 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def _without_lm(state: Any) -> Any:
+    """A predictor state without its ``lm`` entry: a program saved with or without its stage LMs keys alike."""
+    return {k: v for k, v in state.items() if k != "lm"} if isinstance(state, dict) else state
+
+
 def _construction_state_delta(settings: NemoriSettings, program_state: dict[str, Any] | None) -> dict[str, str]:
     """The construction predictors' entries of a saved program that differ from a fresh pipeline's.
 
@@ -82,7 +87,8 @@ def _construction_state_delta(settings: NemoriSettings, program_state: dict[str,
     for name, state in program_state.items():
         if name == "metadata" or name.startswith("response."):
             continue
-        if name not in default or _canonical(state) != _canonical(default[name]):
+        state = _without_lm(state)  # the stage LMs are keyed apart (settings, model label)
+        if name not in default or _canonical(state) != _canonical(_without_lm(default[name])):
             delta[name] = _canonical(state)
     return delta
 

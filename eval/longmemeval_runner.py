@@ -115,7 +115,11 @@ def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemE
     for q, conv in tqdm(list(zip(questions, convs)), desc="answer", unit="q", disable=not opts.progress):
         for system in opts.systems:
             if (system.name, q.question_id, 0) not in ckpt.done:
-                ckpt.add(_row(system, provider.memory(system), q, conv, rag, panel))
+                with opts.observer.span(f"answer {q.question_id} {system.name}", question=q.question_id,
+                                        system=system.name):
+                    row = _row(system, provider.memory(system), q, conv, rag, panel)
+                ckpt.add(row)
+                opts.observer.answered(row)
                 cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
     groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in ckpt.rows)]  # the types this run has

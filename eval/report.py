@@ -23,7 +23,7 @@ from nemori_dspy.eval.longmemeval import QUESTION_TYPES
 from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.metrics import cost_table, format_table
 
-__all__ = ["report", "parse_metrics", "audit_metrics"]
+__all__ = ["report", "compare", "parse_metrics", "audit_metrics"]
 
 #: row order: LoCoMo categories, LongMemEval question types and abstention, overall, LongMemEval's task average.
 CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), *QUESTION_TYPES, "abstention", "overall", "task-averaged"]
@@ -189,4 +189,159 @@ def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemo
     if cost:
         local = run.data.params.get("config.model") == "local"
         parts += ["", "## LLM usage per stage", cost_table(cost, local=local)]
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------- two runs side by side
+Cells = dict[tuple[str, str], str]
+"""``{(row label, category): cell text}`` of one run in the comparison."""
+
+
+def _rows_of(client: Any, run: Any) -> list[dict[str, Any]] | None:
+    """The eval's answer rows: the ``results.jsonl`` artifact, else the live ``answers.json`` table; None if neither."""
+    import json
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if "results.jsonl" in names:
+                path = client.download_artifacts(run.info.run_id, "results.jsonl", tmp)
+                with open(path) as f:
+                    return [json.loads(x) for x in f if x.strip()]
+            if "answers.json" in names:
+                path = client.download_artifacts(run.info.run_id, "answers.json", tmp)
+                with open(path) as f:
+                    table = json.load(f)
+                return [dict(zip(table["columns"], row)) for row in table["data"]]
+        except (MlflowException, OSError, ValueError, KeyError):
+            return None
+    return None
+
+
+def _ci_cell(mean: float, low: float, high: float, n: int | None) -> str:
+    return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]" + (f" n={n}" if n is not None else "")
+
+
+def _eval_cells(client: Any, run: Any) -> Cells:
+    """Score cells of an eval run: ``(system/metric, category)`` → mean [95% CI] n, from its answer rows
+    (``eval.metrics.category_scores``); without rows, the logged means (no CI)."""
+    from nemori_dspy.eval.metrics import category_scores
+
+    rows = _rows_of(client, run)
+    cells: Cells = {}
+    if rows:
+        groups = None
+        if run.data.params.get("benchmark") == "longmemeval":
+            from nemori_dspy.eval.longmemeval_runner import LONGMEMEVAL_GROUPS
+
+            groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in rows)]
+        metrics = [m for m in ("judge", "judge_strict", "f1", "bleu1", "f1_locomo")
+                   if any(isinstance(r.get(m), (int, float)) for r in rows)]
+        for metric in metrics:
+            for system, by_cat in category_scores(rows, metric, None, groups).items():
+                for cat, (mean, low, high, n) in by_cat.items():
+                    if n:
+                        cells[(f"{system} {metric}", cat)] = _ci_cell(mean, low, high, n)
+        return cells
+    scores, _ = _run_scores(run)
+    for system, by_key in scores.items():
+        for (metric, cat), value in by_key.items():
+            if metric != "n":
+                cells[(f"{system} {metric}", cat)] = _cell(value, by_key.get(("n", cat)))
+    return cells
+
+
+def _optimize_cells(run: Any) -> Cells:
+    """Score cells of an optimize run: ``<stage> dev before|after`` overall (with CI) and per category."""
+    m, cells = run.data.metrics, {}
+    for name in m:
+        parts = name.split(".")
+        if len(parts) == 3 and parts[1] == "dev" and parts[2] in ("before", "after"):
+            key = f"{parts[0]}.dev.{parts[2]}"
+            cells[(f"{parts[0]} dev {parts[2]}", "overall")] = _ci_cell(
+                m[key], m.get(f"{key}.low", m[key]), m.get(f"{key}.high", m[key]), int(m.get(f"{parts[0]}.dev.n", 0)) or None)
+        elif len(parts) == 4 and parts[1] == "dev" and parts[3] in ("before", "after"):
+            cells[(f"{parts[0]} dev {parts[3]}", parts[2])] = f"{100 * m[name]:.1f}"
+    return cells
+
+
+def _is_optimize(run: Any) -> bool:
+    return any(k.split(".")[1:3] == ["dev", "before"] for k in run.data.metrics if k.count(".") >= 2)
+
+
+def _construction_cost(run: Any) -> dict[str, dict[str, float]]:
+    """``{stage: usage}`` of memory construction: ``construction.*`` metrics, else the construction stages of
+    ``cost.*`` (runs logged before construction cost was logged apart), else an optimize run's ``construction.calls``."""
+    from nemori_dspy.eval.runner import CONSTRUCTION_STAGES
+
+    out: dict[str, dict[str, float]] = {}
+    for name, value in run.data.metrics.items():
+        parts = name.split(".")
+        if parts[0] == "construction" and len(parts) == 3:
+            out.setdefault(parts[1], {})[parts[2]] = value
+        if len(parts) == 4 and parts[1] == "cost" and parts[2] in CONSTRUCTION_STAGES:  # optimize: <stage>.cost.*
+            usage = out.setdefault(parts[2], {})
+            usage[parts[3]] = usage.get(parts[3], 0.0) + value
+    if not out:
+        out = {s: u for s, u in parse_metrics(run.data.metrics, "")[1].items() if s in CONSTRUCTION_STAGES}
+    return out
+
+
+def _prompt_diff(a: Any, b: Any) -> list[list[str]]:
+    """Rows (stage, hash A, hash B, version A, version B, same?) over the ``prompt.<stage>`` params of two runs."""
+    pa, pb = a.data.params, b.data.params
+    stages = sorted({k.split(".", 1)[1] for k in (*pa, *pb) if k.startswith("prompt.")})
+    rows = []
+    for s in stages:
+        ha, hb = pa.get(f"prompt.{s}", "-"), pb.get(f"prompt.{s}", "-")
+        rows.append([s, ha, hb, pa.get(f"prompt_version.{s}", "-"), pb.get(f"prompt_version.{s}", "-"),
+                     "same" if ha == hb else "DIFFERS"])
+    return rows
+
+
+def _run_label(run: Any) -> str:
+    return f"{run.info.run_name or run.info.run_id} ({run.info.run_id}, {run.info.status})"
+
+
+def compare(tracking_uri: str, run_a: str | None, run_b: str, experiment: str = "nemori-dspy") -> str:
+    """Two runs side by side: scores per category with 95% CIs, construction cost per stage, and which
+    stage prompts differ.
+
+    Args:
+        tracking_uri: MLflow tracking URI, e.g. ``"sqlite:///mlruns.db"``.
+        run_a: the first run (``None`` → the latest finished top-level run of ``experiment``).
+        run_b: the second run. Either may be an eval run (scores from its answer rows: mean ×100 [95% CI] n)
+            or an optimize run (its ``<stage>.dev.before/after`` metrics).
+    Returns:
+        The text: a header per run, a score table (rows = system + metric × category, columns A, B), a
+        construction cost table per run (``eval.metrics.cost_table``) and a prompt table (stage, hash and
+        registry version in A and B, ``same`` / ``DIFFERS``).
+    Raises:
+        ConfigError: a run is not in the store.
+    """
+    client = _client(tracking_uri)
+    a = _get_run(client, run_a) if run_a else _latest_run(client, experiment)
+    b = _get_run(client, run_b)
+    ca = _optimize_cells(a) if _is_optimize(a) else _eval_cells(client, a)
+    cb = _optimize_cells(b) if _is_optimize(b) else _eval_cells(client, b)
+    keys = list(dict.fromkeys([*ca, *cb]))
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    keys.sort(key=lambda k: (k[0], order.get(k[1], len(order)), k[1]))
+    body = [[label, cat, ca.get((label, cat), "-"), cb.get((label, cat), "-")] for label, cat in keys]
+    parts = [f"A: {_run_label(a)}", f"B: {_run_label(b)}", "", "## Scores (×100, mean [95% CI] n)",
+             format_table(["system / metric", "category", "A", "B"], body, key_cols=2) if body else "(no scores)"]
+    for label, run in (("A", a), ("B", b)):
+        cost = _construction_cost(run)
+        local = run.data.params.get("config.model") == "local"
+        parts += ["", f"## Construction cost per stage, {label}",
+                  cost_table(cost, local=local) if cost else "(no construction cost logged)"]
+    diff = _prompt_diff(a, b)
+    parts += ["", "## Prompts (hash of the instruction + fields + demos that ran; registry version)"]
+    parts.append(format_table(["stage", "hash A", "hash B", "version A", "version B", ""], diff)
+                 if diff else "(no prompt.* params)")
+    differ = [r[0] for r in diff if r[-1] == "DIFFERS"]
+    parts.append(f"prompts that differ: {', '.join(differ)}" if differ else "no stage prompt differs")
     return "\n".join(parts)

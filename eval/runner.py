@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextvars
 import json
+from contextlib import nullcontext
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ContextManager, NamedTuple, Protocol
 
 import dspy
 import litellm
@@ -29,7 +30,7 @@ from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoCon
 from nemori_dspy.eval.metrics import Group, bleu1, category_table, evidence_recall_at_k, f1_locomo, scored_groups, token_f1
 from nemori_dspy.eval.systems import SYSTEMS, System
 
-__all__ = ["EvalOptions", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
+__all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
            "run_locomo", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS"]
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,34 @@ METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
 
 
+class RunObserver(Protocol):
+    """Watches an eval as it runs (``eval.tracking.EvalTracker`` logs to MLflow live).
+
+    ``span(name, **tags)``: a context manager around one unit of work (one construction window of a
+    conversation, one answered question of one system); ``answered(row)``: called once per new answer row,
+    right after it is checkpointed.
+    """
+
+    def span(self, name: str, **tags: Any) -> ContextManager[Any]: ...
+
+    def answered(self, row: dict[str, Any]) -> None: ...
+
+
+class NullObserver:
+    """A ``RunObserver`` that does nothing (the default)."""
+
+    def span(self, name: str, **tags: Any) -> ContextManager[Any]:
+        return nullcontext()
+
+    def answered(self, row: dict[str, Any]) -> None:
+        return None
+
+
 @dataclass
 class EvalOptions:
     """What to run. Categories 1-4 by default; ``max_questions`` caps questions per conversation;
     ``resume`` skips answers already in ``results.jsonl``; ``concurrency`` builds that many
-    conversations' memories at once."""
+    conversations' memories at once; ``observer`` sees every unit of work and answer (default: none)."""
 
     systems: list[System] = field(default_factory=lambda: [SYSTEMS["nemori"], SYSTEMS["no-memory"]])
     categories: tuple[int, ...] = SCORED_CATEGORIES
@@ -53,6 +77,7 @@ class EvalOptions:
     progress: bool = True
     resume: bool = False
     concurrency: int = 1
+    observer: RunObserver = field(default_factory=NullObserver)
 
 
 class MemoryProvider(Protocol):
@@ -86,11 +111,14 @@ class SharedMemory:
 
 
 # ---------------------------------------------------------------------------------------------- building
-def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool = True) -> dict[str, Any]:
-    """Add every turn (both speakers) as user ``conv.sample_id``, one window at a time, then one flush.
+def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool = True,
+                        observer: RunObserver | None = None, system: str = "nemori") -> dict[str, Any]:
+    """Add every turn (both speakers) as user ``conv.sample_id``, one window at a time, then one flush;
+    each window (and the flush) runs inside ``observer.span`` (one trace per window when traced).
 
     Returns ``{"seconds", "parked": [...]}``.
     """
+    observer = observer or NullObserver()
     w = memory.settings.window_size
     t0 = time.perf_counter()
     parked: list[str] = []
@@ -103,10 +131,13 @@ def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool
     try:
         for i in range(0, len(conv.messages), w):
             chunk = conv.messages[i:i + w]
-            res = memory.add_messages(conv.sample_id, chunk)
+            with observer.span(f"build {conv.sample_id} turns {i + 1}-{i + len(chunk)}", conversation=conv.sample_id,
+                               system=system, turns=f"{i + 1}-{i + len(chunk)}"):
+                res = memory.add_messages(conv.sample_id, chunk)
             parked += res.report.parked if res.report else []
             bar.update(len(chunk))
-        parked += memory.flush(conv.sample_id).parked
+        with observer.span(f"build {conv.sample_id} flush", conversation=conv.sample_id, system=system, turns="flush"):
+            parked += memory.flush(conv.sample_id).parked
     finally:
         memory.usage.listeners.remove(show)
         bar.close()
@@ -141,7 +172,8 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
             else:
                 record = getattr(provider, "record_path", None)  # tuning data beside the memory it describes
                 with recording(record(system) if record else None):
-                    ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1)
+                    ing = ingest_conversation(memory, conv, opts.progress and opts.concurrency == 1, opts.observer,
+                                              system.name)
                 with lock:  # conversations may be built in parallel threads
                     out["seconds"] += ing["seconds"]
                     out["parked"] += ing["parked"]
@@ -305,7 +337,11 @@ def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoCon
         for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):
             for system in opts.systems:
                 if (system.name, q.sample_id, q.index) not in ckpt.done:
-                    ckpt.add(_answer_row(system, provider.memory(system), conv, q, rag, judge))
+                    with opts.observer.span(f"answer {q.sample_id}#{q.index} {system.name}", conversation=q.sample_id,
+                                            question=q.index, system=system.name, category=q.category):
+                        row = _answer_row(system, provider.memory(system), conv, q, rag, judge)
+                    ckpt.add(row)
+                    opts.observer.answered(row)
                     cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
     return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,

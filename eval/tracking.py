@@ -1,28 +1,55 @@
-"""MLflow logging of an eval run: one parent run, one child run per system.
+"""MLflow record of an eval, live while it runs: one parent run, one child run per system.
 
-Parent: resolved config (no secrets), dataset checksum, server flags, the prompt of every signature
-registered in MLflow's prompt registry (a changed instruction makes a new version; the version is a
-param), judge model + prompt hash (per judge), the judge audit, per-stage cost, counters, artifacts (per-question JSONL, tables,
-summary, charts, program state, full prompt texts). Child ``<system>``: that system's scores.
+``EvalTracker`` opens the parent (params: resolved config without secrets, dataset checksum, slice, models,
+server flags, and per stage the hash and prompt-registry version of the prompt that runs) and a child per
+system as soon as the model is up. While the eval runs, every answer is logged as produced: a row of the
+``answers.json`` table (``mlflow.log_table``; the first 20 rows one by one, then at most every 10 s) and step
+metrics (``progress.answers``, ``running.<system>.<metric>`` on the parent, ``running.<metric>`` on the child,
+step = answers of that system so far), and every LLM call is a trace span (``eval/tracing.py``). At the end:
+final metrics, artifacts (run folder, charts, ``prompts.json`` with the texts that ran), the program as an
+``mlflow.dspy`` model (``eval/model.py``), status FINISHED.
+
+A run killed by Ctrl-C / SIGTERM ends KILLED, one that raised ends FAILED (also at interpreter exit, by an
+``atexit`` hook). A ``kill -9`` leaves it RUNNING: the next tracker start in this experiment marks every
+RUNNING run whose recorded process (tags ``nemori.host``, ``nemori.pid``) is gone as KILLED, and ``--resume``
+reopens the same runs (ids kept in ``<run folder>/mlflow_run.json``) and finishes them.
+
+Prompt lineage: ``stage_prompts(pipeline)`` is the text of each stage's predictor *as loaded* (instruction, field
+prefixes/descriptions, demos: ``predictor_text``); ``prompt.<stage>`` is its hash and ``prompt_version.<stage>`` the
+version of ``nemori-dspy-<stage>`` in the prompt registry holding exactly that text (a tuned program registers a
+new version; an unchanged one finds its version). ``optimize`` registers tuned text through the same functions.
+
 Tracking URI: ``settings.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db``
 (the sqlite backend needs full ``mlflow``, not ``mlflow-skinny``).
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import logging
 import os
+import socket
+import threading
+import time
 import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from nemori_dspy.config import NemoriSettings
-from nemori_dspy.signatures import SIGNATURES, signature_hash, signature_text
 
-__all__ = ["tracking_uri", "log_eval_run", "flatten", "register_prompts"]
+__all__ = ["tracking_uri", "artifact_location", "flatten", "predictor_text", "stage_prompts", "prompt_hash",
+           "register_prompt", "register_prompts", "mark_stale_runs", "process_tags", "EvalTracker", "RUN_FILE",
+           "log_eval_run"]
 
 log = logging.getLogger(__name__)
+
+#: in the run folder: the MLflow run ids of this eval, so ``--resume`` continues the same runs.
+RUN_FILE = "mlflow_run.json"
+_EAGER_ROWS, _ROW_EVERY_S = 20, 10.0
+_PARENT_TAG = "mlflow.parentRunId"
 
 
 def tracking_uri(settings: NemoriSettings) -> str:
@@ -38,11 +65,11 @@ def artifact_location(uri: str) -> str | None:
     return (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlruns").as_uri()
 
 
-def _set_experiment(mlflow: Any, uri: str, name: str) -> None:
-    """Make ``name`` the active experiment, creating it with ``artifact_location(uri)`` if new."""
+def _set_experiment(mlflow: Any, uri: str, name: str) -> str:
+    """Make ``name`` the active experiment, creating it with ``artifact_location(uri)`` if new; returns its id."""
     if mlflow.get_experiment_by_name(name) is None:
         mlflow.create_experiment(name, artifact_location=artifact_location(uri))
-    mlflow.set_experiment(name)
+    return mlflow.set_experiment(name).experiment_id
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -57,25 +84,428 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def register_prompts(prefix: str = "nemori-dspy") -> dict[str, int]:
-    """Register each signature's full text as ``<prefix>-<stage>`` unless the latest version is identical.
+# ------------------------------------------------------------------------------------------- prompt lineage
+def predictor_text(state: dict[str, Any]) -> str:
+    """The prompt-defining text of one saved predictor state: its instruction, fields and demos (JSON)."""
+    sig = state.get("signature", {})
+    return json.dumps({"instructions": sig.get("instructions"), "fields": sig.get("fields"),
+                       "demos": state.get("demos", [])}, sort_keys=True, default=str)
 
-    Returns ``{stage: version}``. Needs an MLflow backend with a prompt registry (sqlite/postgres/server).
+
+def stage_prompts(module: Any) -> dict[str, str]:
+    """``{stage: text}`` of the prompts a pipeline (or ``eval.model.ProgramModel``) runs: for a stage with one
+    predictor its ``predictor_text``, for one with several (e.g. ChainOfThought inside StagePredict) a JSON map
+    of them. Stages come from ``optimizers.programs.PIPELINE_PATHS``."""
+    from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+
+    state = module.dump_state()
+    out: dict[str, str] = {}
+    for stage, path in PIPELINE_PATHS.items():
+        mine = {k[len(path) + 1:]: predictor_text(v) for k, v in state.items() if k.startswith(path + ".")}
+        if mine:
+            out[stage] = next(iter(mine.values())) if len(mine) == 1 else json.dumps(mine, sort_keys=True)
+    return out
+
+
+def prompt_hash(text: str) -> str:
+    """sha256 (first 12 hex chars) of a stage's prompt text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def register_prompt(stage: str, text: str, message: str, prefix: str = "nemori-dspy",
+                    tags: dict[str, str] | None = None) -> int:
+    """The version of ``<prefix>-<stage>`` holding exactly ``text`` (the newest such), registering ``text`` as a new
+    version when none does: a tuned prompt gets a new version, a prompt that ran before keeps its version.
+
+    Returns the version number. Needs a backend with a prompt registry (sqlite/postgres/server);
+    raises ``mlflow.exceptions.MlflowException`` otherwise.
     """
     import mlflow
 
-    versions: dict[str, int] = {}
-    for stage, sig in SIGNATURES.items():
-        name, text = f"{prefix}-{stage.replace('_', '-')}", signature_text(sig)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cur = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
-            if cur is None or cur.template != text:
-                cur = mlflow.genai.register_prompt(name=name, template=text,
-                                                   commit_message=f"signature hash {signature_hash(sig)}",
-                                                   tags={"signature": sig.__name__, "hash": signature_hash(sig)})
-        versions[stage] = int(cur.version)
-    return versions
+    name = f"{prefix}-{stage.replace('_', '-').replace('+', '-')}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        latest = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
+        for version in range(int(latest.version) if latest is not None else 0, 0, -1):
+            cur = latest if version == int(latest.version) else \
+                mlflow.genai.load_prompt(f"prompts:/{name}/{version}", allow_missing=True)
+            if cur is not None and cur.template == text:
+                return version
+        cur = mlflow.genai.register_prompt(name=name, template=text, commit_message=message,
+                                           tags={"hash": prompt_hash(text), **(tags or {})})
+    return int(cur.version)
+
+
+def register_prompts(prompts: dict[str, str], prefix: str = "nemori-dspy") -> dict[str, int]:
+    """:func:`register_prompt` for every ``{stage: text}``; returns ``{stage: version}``."""
+    return {stage: register_prompt(stage, text, f"prompt hash {prompt_hash(text)}", prefix)
+            for stage, text in prompts.items()}
+
+
+# ------------------------------------------------------------------------------------------------ live runs
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def process_tags() -> dict[str, str]:
+    """``{"nemori.host", "nemori.pid"}`` of this process: how ``mark_stale_runs`` tells a dead run."""
+    return {"nemori.host": socket.gethostname(), "nemori.pid": str(os.getpid())}
+
+
+def mark_stale_runs(client: Any, experiment_id: str) -> list[str]:
+    """Mark KILLED every RUNNING run of the experiment whose process (tags ``nemori.host`` = this host,
+    ``nemori.pid``) no longer exists, e.g. after ``kill -9``. Runs of other hosts are left alone.
+    Returns the ids marked."""
+    host, marked = socket.gethostname(), []
+    for run in client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=500):
+        tags = run.data.tags
+        pid = tags.get("nemori.pid")
+        if tags.get("nemori.host") == host and pid and pid.isdigit() and int(pid) != os.getpid() \
+                and not _alive(int(pid)):
+            client.set_terminated(run.info.run_id, status="KILLED")
+            marked.append(run.info.run_id)
+    return marked
+
+
+class EvalTracker:
+    """The live MLflow record of one eval (see the module docstring); also the runner's ``RunObserver``.
+
+    Args:
+        settings: the run's settings (tracking URI, experiment, tracing on/off).
+        out_dir: the run folder (``mlflow_run.json`` lives there; its files are logged at the end).
+        systems: system names (one child run each).
+        run_name: the parent's name (the run folder's name).
+        resume: reopen the runs recorded in ``out_dir/mlflow_run.json`` if they exist.
+    Use as a context manager around the eval: leaving it by an exception ends the runs FAILED (KILLED for
+    Ctrl-C / SIGTERM) unless ``finish`` was called.
+    """
+
+    def __init__(self, settings: NemoriSettings, out_dir: Path, systems: list[str], run_name: str,
+                 resume: bool = False) -> None:
+        self.settings, self.out_dir, self.systems, self.run_name = settings, Path(out_dir), systems, run_name
+        self.resume, self.uri = resume, tracking_uri(settings)
+        self.parent: str | None = None
+        self.children: dict[str, str] = {}
+        self.client: Any = None
+        self.resumed = False
+        self._lock = threading.Lock()
+        self._pending: list[dict[str, Any]] = []
+        self._logged_rows, self._last_flush = 0, 0.0
+        self._sums: dict[str, dict[str, list[float]]] = {}
+        self._answers = 0
+        self._closed = False
+        self._spans: Any = None
+
+    # ------------------------------------------------------------------ start
+    def start(self, params: dict[str, Any], prompts: dict[str, str] | None = None) -> str:
+        """Open (or, on resume, reopen) the parent and child runs and log ``params`` and the prompt lineage
+        of ``prompts`` (``stage_prompts`` of the pipeline that runs). Returns the parent run id."""
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        mlflow.set_tracking_uri(self.uri)
+        exp_id = _set_experiment(mlflow, self.uri, self.settings.mlflow_experiment)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        for run_id in mark_stale_runs(self.client, exp_id):
+            log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", run_id)
+        tags = process_tags()
+        if not self._reopen(tags):
+            self.parent = self.client.create_run(exp_id, run_name=self.run_name, tags=tags).info.run_id
+            self.children = {s: self.client.create_run(exp_id, run_name=s, tags={**tags, _PARENT_TAG: self.parent})
+                             .info.run_id for s in self.systems}
+            (self.out_dir / RUN_FILE).parent.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / RUN_FILE).write_text(json.dumps({"parent": self.parent, "children": self.children,
+                                                             "tracking_uri": self.uri}))
+        all_params = flatten(self.settings.public_dict(), "config.")
+        all_params.update(flatten(params))
+        all_params["systems"] = ",".join(self.systems)
+        if prompts:
+            all_params.update(self._prompt_params(prompts))
+        self._log_params(self.parent, all_params)
+        for system, run_id in self.children.items():
+            self._log_params(run_id, {"system": system})
+        self._load_resumed_rows()
+        atexit.register(self._at_exit)
+        return self.parent
+
+    def _reopen(self, tags: dict[str, str]) -> bool:
+        """On resume: reopen the recorded runs (status RUNNING again, this process's pid). False if none."""
+        from mlflow.exceptions import MlflowException
+
+        path = self.out_dir / RUN_FILE
+        if not (self.resume and path.exists()):
+            return False
+        try:
+            saved = json.loads(path.read_text())
+            runs = [saved["parent"], *saved["children"].values()]
+            for run_id in runs:
+                self.client.get_run(run_id)
+        except (ValueError, KeyError, MlflowException) as exc:
+            log.warning("cannot reopen the MLflow runs in %s (%s): a new run is started", path, exc)
+            return False
+        self.parent, self.children = saved["parent"], dict(saved["children"])
+        for system in self.systems:  # a system added on resume gets its child
+            if system not in self.children:
+                exp = self.client.get_run(self.parent).info.experiment_id
+                self.children[system] = self.client.create_run(
+                    exp, run_name=system, tags={**tags, _PARENT_TAG: self.parent}).info.run_id
+        for run_id in [self.parent, *self.children.values()]:
+            self.client.update_run(run_id, status="RUNNING")
+            for k, v in tags.items():
+                self.client.set_tag(run_id, k, v)
+        self.client.set_tag(self.parent, "nemori.resumed", str(int(time.time())))
+        path.write_text(json.dumps({"parent": self.parent, "children": self.children, "tracking_uri": self.uri}))
+        self.resumed = True
+        return True
+
+    def _log_params(self, run_id: str, params: dict[str, str]) -> None:
+        """Log params; on a reopened run only the ones not logged yet (MLflow params are immutable)."""
+        from mlflow.entities import Param
+
+        have = self.client.get_run(run_id).data.params if self.resumed else {}
+        new = [Param(k, v) for k, v in params.items() if k not in have]
+        changed = sorted(k for k, v in params.items() if k in have and have[k] != v)
+        if changed:
+            log.warning("resumed run %s: params %s differ from the first invocation's; the first values are kept",
+                        run_id, ", ".join(changed[:10]))
+        for i in range(0, len(new), 100):
+            self.client.log_batch(run_id, params=new[i:i + 100])
+
+    def _prompt_params(self, prompts: dict[str, str]) -> dict[str, str]:
+        """``prompt.<stage>`` (hash) and ``prompt_version.<stage>`` (registry version) of the prompts that run;
+        ``prompt.<name>`` of the other signatures (judges: ``signatures.signature_hash``)."""
+        from mlflow.exceptions import MlflowException
+
+        from nemori_dspy.signatures import SIGNATURES, signature_hash
+
+        # prompts outside the pipeline (judges): their code signature is what runs
+        out = {f"prompt.{k}": signature_hash(sig) for k, sig in SIGNATURES.items() if k not in prompts}
+        out.update({f"prompt.{stage}": prompt_hash(text) for stage, text in prompts.items()})
+        try:
+            out.update({f"prompt_version.{k}": str(v) for k, v in register_prompts(prompts).items()})
+        except MlflowException as exc:  # e.g. a file-store backend without a prompt registry
+            log.warning("prompt registry unavailable (%s); prompts are still logged as prompts.json", exc)
+        self._prompts = prompts
+        return out
+
+    def _load_resumed_rows(self) -> None:
+        """On resume: running sums from the answers already in ``results.jsonl``; rows the table lacks are queued."""
+        path = self.out_dir / "results.jsonl"
+        if not (self.resumed and path.exists()):
+            return
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        have = self._table_keys()
+        for row in rows:
+            self._add_sums(row)
+            if (row["system"], row["sample_id"], row["index"]) not in have:
+                self._pending.append(row)
+        self._logged_rows = len(have)
+
+    def _table_keys(self) -> set[tuple[Any, Any, Any]]:
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        try:
+            df = mlflow.load_table("answers.json", run_ids=[self.parent])
+        except (MlflowException, OSError, KeyError):
+            return set()
+        return set(zip(df["system"], df["sample_id"], df["index"]))
+
+    # ------------------------------------------------------------------ the runner's RunObserver
+    def span(self, name: str, **tags: Any) -> Any:
+        """Root span of one unit of work (``eval.tracing.trace_group``) when tracing is on, else a no-op."""
+        if self._spans is None:
+            return nullcontext()
+        from nemori_dspy.eval.tracing import trace_group
+
+        return trace_group(name, self.parent, **tags)
+
+    def answered(self, row: dict[str, Any]) -> None:
+        """Log one answer: step metrics now, the table row now or soon (see the module docstring)."""
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            self._answers += 1
+            step = self._add_sums(row)
+            means = {m: sum(v) / len(v) for m, v in self._sums[row["system"]].items() if v and m != "_n"}
+            self._pending.append(row)
+            flush = self._logged_rows < _EAGER_ROWS or time.monotonic() - self._last_flush >= _ROW_EVERY_S
+        system = row["system"]
+        self.client.log_batch(self.parent, metrics=[
+            Metric("progress.answers", float(self._answers), now_ms, self._answers),
+            *(Metric(f"running.{system}.{m}", v, now_ms, step) for m, v in means.items())])
+        if system in self.children:
+            self.client.log_batch(self.children[system], metrics=[
+                Metric(f"running.{m}", v, now_ms, step) for m, v in means.items()])
+        if flush:
+            self.flush_rows()
+
+    def _add_sums(self, row: dict[str, Any]) -> int:
+        from nemori_dspy.eval.runner import METRICS
+
+        sums = self._sums.setdefault(row["system"], {})
+        for m in [*METRICS, "judge_strict"]:
+            if isinstance(row.get(m), (int, float)):
+                sums.setdefault(m, []).append(float(row[m]))
+        sums.setdefault("_n", []).append(1.0)
+        return len(sums["_n"])
+
+    def flush_rows(self) -> None:
+        """Append the queued answer rows to the parent's ``answers.json`` table."""
+        import pandas as pd
+
+        with self._lock:
+            rows, self._pending = self._pending, []
+            if not rows:
+                return
+            self._logged_rows += len(rows)
+            self._last_flush = time.monotonic()
+        df = pd.DataFrame([{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}
+                           for r in rows])
+        self.client.log_table(self.parent, data=df, artifact_file="answers.json")
+
+    @contextmanager
+    def tracing(self) -> Iterator[None]:
+        """While active (and ``settings.mlflow_tracing``), every DSPy LM call is a span (``eval.tracing.LMSpans``)."""
+        if not self.settings.mlflow_tracing:
+            yield
+            return
+        import dspy
+
+        from nemori_dspy.eval.tracing import LMSpans
+
+        self._spans = LMSpans(self.parent)
+        try:
+            with dspy.context(callbacks=[*dspy.settings.get("callbacks", []), self._spans]):
+                yield
+        finally:
+            self._spans = None
+
+    # ------------------------------------------------------------------ end
+    def finish(self, summary: dict[str, Any], program: dict[str, Any] | None = None,
+               register_model: str | None = None) -> str:
+        """Final metrics, artifacts and the program model; ends every run FINISHED. Returns the parent run id."""
+        import mlflow
+
+        self.flush_rows()
+        self.resumed = True  # params from here on: only those not logged at start
+        if "rows" in summary:
+            _charts(summary, self.out_dir)
+        self.client.log_batch(self.parent, metrics=_metrics(summary))
+        self._log_params(self.parent, _judge_params(summary))
+        if getattr(self, "_prompts", None):
+            self.client.log_dict(self.parent, {k: json.loads(v) for k, v in self._prompts.items()}, "prompts.json")
+        self.client.log_artifacts(self.parent, str(self.out_dir))
+        for system, scores in summary["scores"].items():
+            if system in self.children:
+                self.client.log_batch(self.children[system], metrics=_as_metrics(
+                    {f"{system}.{k}": float(v) for k, v in scores.items()}))
+        if program is not None:
+            from nemori_dspy.eval.model import log_program_model
+
+            try:
+                uri = log_program_model(self.settings, program, self.parent, register_model)
+                self.client.set_tag(self.parent, "nemori.program_model", uri)
+            except (mlflow.exceptions.MlflowException, OSError, TypeError, ValueError) as exc:
+                log.warning("the program could not be logged as an MLflow model (%s); it is in program.json", exc)
+        self.end("FINISHED")
+        return self.parent
+
+    def end(self, status: str) -> None:
+        """End the child runs and the parent with ``status`` (FINISHED, FAILED, KILLED); idempotent."""
+        from mlflow.exceptions import MlflowException
+
+        with self._lock:
+            if self._closed or self.parent is None:
+                return
+            self._closed = True
+        if status != "FINISHED":  # what it had: the rows, the checkpoint and the cost so far
+            try:
+                self.flush_rows()
+                for name in ("results.jsonl", "cost.json"):
+                    if (self.out_dir / name).exists():
+                        self.client.log_artifact(self.parent, str(self.out_dir / name))
+            except (MlflowException, OSError, ValueError) as exc:  # a dying run must still get its status
+                log.warning("answer rows not flushed: %s", exc)
+        for run_id in [*self.children.values(), self.parent]:
+            self.client.set_terminated(run_id, status=status)
+        atexit.unregister(self._at_exit)
+
+    def _at_exit(self) -> None:
+        self.end("KILLED")
+
+    def __enter__(self) -> "EvalTracker":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.end("FINISHED")
+        elif issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            self.end("KILLED")
+        else:
+            self.end("FAILED")
+
+
+def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Path, extra_params: dict[str, Any],
+                 run_name: str | None = None, pipeline: Any = None) -> str:
+    """Log a finished eval in one go (parent + a child per system): ``EvalTracker.start`` then ``finish``.
+
+    ``pipeline``: the pipeline that ran (its prompts give the lineage params, its state the program model);
+    None → the code's default prompts, no model. Returns the parent run id; see ``_metrics`` for metric names.
+    """
+    from nemori_dspy.eval.model import ProgramModel, program_state
+
+    module = pipeline if pipeline is not None else ProgramModel(settings)
+    tracker = EvalTracker(settings, out_dir, list(summary.get("systems", summary["scores"].keys())),
+                          run_name or Path(out_dir).name)
+    with tracker:
+        tracker.start(extra_params, stage_prompts(module))
+        return tracker.finish(summary, program_state(pipeline) if pipeline is not None else None)
+
+
+def _judge_params(summary: dict[str, Any]) -> dict[str, str]:
+    """``<judge>.{model,prompt_hash,failures}`` per judge of the panel (``judge``, ``judge_strict``)."""
+    params: dict[str, str] = {}
+    for name, info in (summary.get("judges") or ({"judge": summary["judge"]} if summary.get("judge") else {})).items():
+        params.update(flatten(info, f"{name}."))
+    return params
+
+
+def _as_metrics(values: dict[str, float]) -> list[Any]:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(k, float(v), now, 0) for k, v in values.items()]
+
+
+def _metrics(summary: dict[str, Any]) -> list[Any]:
+    """The final metrics of an eval summary.
+
+    Names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
+    ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}`` (all usage),
+    ``construction.<stage>.<field>`` (memory construction only), ``counter.<name>``, ``embedding.<field>``,
+    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}``, ``ingest_seconds``.
+    """
+    metrics: dict[str, float] = {}
+    for system, scores in summary["scores"].items():
+        metrics.update({f"{system}.{k}": float(v) for k, v in scores.items()})
+    for stage, usage in summary["usage"].items():
+        metrics.update({f"cost.{stage}.{k}": float(v) for k, v in usage.items()})
+    for stage, usage in (summary.get("construction_usage") or {}).items():
+        metrics.update({f"construction.{stage}.{k}": float(v) for k, v in usage.items()})
+    metrics.update({f"counter.{k}": float(v) for k, v in summary["counters"].items()})
+    metrics.update({f"embedding.{k}": float(v) for k, v in (summary.get("embedding_usage") or {}).items()})
+    for name, audit in (summary.get("judge_audit") or {}).items():
+        metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
+    metrics["ingest_seconds"] = float(summary["ingest_seconds"])
+    return _as_metrics(metrics)
 
 
 def _charts(summary: dict[str, Any], out_dir: Path) -> None:
@@ -86,52 +516,5 @@ def _charts(summary: dict[str, Any], out_dir: Path) -> None:
         category_bar_chart(summary["rows"], metric, summary["systems"], out_dir / f"scores_by_category_{metric}.png",
                            groups=summary.get("groups"), benchmark=summary.get("benchmark", "LoCoMo"))
         cost_by_stage_chart(summary["construction_usage"] or summary["usage"], out_dir / "cost_by_stage.png")
-    except Exception as exc:  # a chart must never cost the run its record
+    except (ImportError, ValueError, OSError) as exc:  # a chart must never cost the run its record
         log.warning("chart failed: %s", exc)
-
-
-def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Path, extra_params: dict[str, Any],
-                 run_name: str | None = None) -> str:
-    """Log one eval (parent run + a child per system); returns the parent run id.
-
-    Metric names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
-    ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}``, ``counter.<name>``,
-    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}`` (the judge on its calibration set).
-    Params: ``<judge>.{model,prompt_hash,failures}`` per judge (``judge``, ``judge_strict``).
-    """
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking_uri(settings))
-    _set_experiment(mlflow, tracking_uri(settings), settings.mlflow_experiment)
-    if "rows" in summary:
-        _charts(summary, out_dir)
-    with mlflow.start_run(run_name=run_name) as run:
-        params = flatten(settings.public_dict(), "config.")
-        params.update(flatten(extra_params))
-        params.update({f"prompt.{k}": signature_hash(v) for k, v in SIGNATURES.items()})
-        try:
-            params.update({f"prompt_version.{k}": str(v) for k, v in register_prompts().items()})
-        except Exception as exc:  # e.g. a file-store backend without a prompt registry
-            log.warning("prompt registry unavailable (%s); prompts are still logged as prompts.json", exc)
-        for name, info in (summary.get("judges") or ({"judge": summary["judge"]} if summary.get("judge") else {})).items():
-            params.update(flatten(info, f"{name}."))  # judge.model, judge.prompt_hash, judge_strict.prompt_hash
-        params["systems"] = ",".join(summary.get("systems", summary["scores"].keys()))
-        mlflow.log_params(params)
-        metrics: dict[str, float] = {}
-        for system, scores in summary["scores"].items():
-            metrics.update({f"{system}.{k}": float(v) for k, v in scores.items()})
-        for stage, usage in summary["usage"].items():
-            metrics.update({f"cost.{stage}.{k}": float(v) for k, v in usage.items()})
-        metrics.update({f"counter.{k}": float(v) for k, v in summary["counters"].items()})
-        metrics.update({f"embedding.{k}": float(v) for k, v in (summary.get("embedding_usage") or {}).items()})
-        for name, audit in (summary.get("judge_audit") or {}).items():
-            metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
-        metrics["ingest_seconds"] = float(summary["ingest_seconds"])
-        mlflow.log_metrics(metrics)
-        mlflow.log_dict({k: json.loads(signature_text(v)) for k, v in SIGNATURES.items()}, "prompts.json")
-        mlflow.log_artifacts(str(out_dir))
-        for system, scores in summary["scores"].items():
-            with mlflow.start_run(run_name=system, nested=True):
-                mlflow.log_param("system", system)
-                mlflow.log_metrics({f"{system}.{k}": float(v) for k, v in scores.items()})
-        return run.info.run_id

@@ -8,6 +8,7 @@ then flow one way into ``build_runtime`` → ``dspy.configure``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -68,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
                                                           "runs/locomo-*) without redoing answered questions")
     lo.add_argument("--concurrency", type=_positive_int, default=1, help="conversations whose memory is built at once")
-    lo.add_argument("--program", help="load a saved pipeline state (e.g. optimized prompts/demos) before running")
+    lo.add_argument("--program", help="a saved pipeline state to run (e.g. optimized prompts/demos): a program.json, "
+                                        "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model)")
+    lo.add_argument("--register-model", help="also register the program that ran as an MLflow model under this name")
     lo.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
     lo.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     lo.add_argument("--out", help="run folder (default runs/locomo-<time>)")
@@ -84,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     _optimize_parser(sub)
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
+    rp.add_argument("--compare", help="a second run id (eval or optimize run) shown side by side with --run-id: "
+                                      "scores per category with 95%% CI, construction cost per stage, prompts that differ")
     rp.add_argument("--tracking-uri", help="default: $NEMORI_MLFLOW_TRACKING_URI, $MLFLOW_TRACKING_URI or "
                                            "sqlite:///mlruns.db (the store eval logs to)")
     rp.add_argument("--experiment", help="default: $NEMORI_MLFLOW_EXPERIMENT or nemori-dspy")
@@ -108,7 +113,9 @@ def _longmemeval_parser(ev: Any) -> None:
     lm.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
                                                           "runs/longmemeval-*) without redoing answered questions")
     lm.add_argument("--concurrency", type=_positive_int, default=1, help="questions whose memory is built at once")
-    lm.add_argument("--program", help="load a saved pipeline state before running")
+    lm.add_argument("--program", help="a saved pipeline state to run (e.g. optimized prompts/demos): a program.json, "
+                                        "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model)")
+    lm.add_argument("--register-model", help="also register the program that ran as an MLflow model under this name")
     lm.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
     lm.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     lm.add_argument("--out", help="run folder (default runs/longmemeval-<time>)")
@@ -224,37 +231,78 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     sessions = parse_sessions(args.sessions)  # a bad slice fails before any model is loaded
     conversations = [slice_sessions(c, sessions) for c in load_locomo(data, _ids(args.conversations))]
     data_sha = dataset_sha256(data)
-    program = _program_state(args.program)  # a bad --program fails before any model is loaded
+    program = _program_state(args.program, settings)  # a bad --program fails before any model is loaded
     out = _run_dir(args)  # created by the run itself, once the model is up (no empty folders from failed starts)
     print(f"dataset {data} ({len(conversations)} conversation(s)); systems {', '.join(s.name for s in systems)}; "
           f"run folder {out}", flush=True)
     t0 = time.perf_counter()
-    with build_runtime(settings) as rt:
-        print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
-        provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program,
-                                                   sessions.label() if sessions else None)
-        opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
-                           concurrency=args.concurrency)
-        judge = None if args.no_judge else _locomo_judges(settings, rt, locomo_audit_pairs(
-            conversations, opts.categories, opts.max_questions, settings.judge_audit))
-        summary = run_locomo(provider, conversations, opts, judge, out)
-        provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
-        server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
-        judge_flags = {k: v for k, v in (rt.judge_server.flags if rt.judge_server else {}).items() if k != "port"}
-    _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
-    if not args.no_mlflow:
-        from .eval.tracking import log_eval_run, tracking_uri
-
-        run_id = log_eval_run(settings, summary, out, {
-            "dataset.path": str(data), "dataset.sha256": data_sha,
-            "dataset.conversations": ",".join(c.sample_id for c in conversations),
-            "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
-            "sessions": sessions.label() if sessions else "all",
-            "program": args.program, "server": server_flags,
-            "judge_server": judge_flags}, run_name=out.name)
-        print(f"MLflow run {run_id} at {tracking_uri(settings)} (view: mlflow ui --backend-store-uri "
-              f"{tracking_uri(settings)}; or: nemori-dspy report --run-id {run_id})")
+    tracker = _tracker(args, settings, out, [s.name for s in systems])
+    with tracker or contextlib.nullcontext():
+        with build_runtime(settings) as rt:
+            print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
+            provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program,
+                                                       sessions.label() if sessions else None)
+            pipeline = provider.memory(systems[0]).pipeline
+            _start_tracker(tracker, settings, pipeline, {
+                "dataset.path": str(data), "dataset.sha256": data_sha,
+                "dataset.conversations": ",".join(c.sample_id for c in conversations),
+                "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
+                "sessions": sessions.label() if sessions else "all", "program": args.program,
+                "server": _flags(rt.server), "judge_server": _flags(rt.judge_server)})
+            opts = EvalOptions(systems=systems, max_questions=args.max_questions, resume=args.resume,
+                               concurrency=args.concurrency, **_observer(tracker))
+            judge = None if args.no_judge else _locomo_judges(settings, rt, locomo_audit_pairs(
+                conversations, opts.categories, opts.max_questions, settings.judge_audit))
+            with tracker.tracing() if tracker else contextlib.nullcontext():
+                summary = run_locomo(provider, conversations, opts, judge, out)
+            pipeline.save(str(out / "program.json"))
+        _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
+        _finish_tracker(tracker, settings, summary, pipeline, args.register_model)
     return 0
+
+
+def _flags(server: Any) -> dict[str, Any]:
+    """A model server's flags without its port (which changes per run)."""
+    return {k: v for k, v in (server.flags if server else {}).items() if k != "port"}
+
+
+def _tracker(args: argparse.Namespace, settings: Any, out: Path, systems: list[str]) -> Any:
+    """The live MLflow record of this eval (``eval.tracking.EvalTracker``), or None with ``--no-mlflow``."""
+    if args.no_mlflow:
+        return None
+    from .eval.tracking import EvalTracker
+
+    return EvalTracker(settings, out, systems, out.name, resume=args.resume)
+
+
+def _observer(tracker: Any) -> dict[str, Any]:
+    return {"observer": tracker} if tracker is not None else {}
+
+
+def _start_tracker(tracker: Any, settings: Any, pipeline: Any, params: dict[str, Any]) -> None:
+    """Open the MLflow runs now (params, the prompts that run) and say where to watch them."""
+    if tracker is None:
+        return
+    from .eval.tracking import stage_prompts, tracking_uri
+
+    run_id = tracker.start(params, stage_prompts(pipeline))
+    state = "resumed" if tracker.resumed else "started"
+    print(f"MLflow run {run_id} {state} at {tracking_uri(settings)}: answers and traces are logged as they come "
+          f"(watch: mlflow ui --backend-store-uri {tracking_uri(settings)})", flush=True)
+
+
+def _finish_tracker(tracker: Any, settings: Any, summary: dict[str, Any], pipeline: Any,
+                    register_model: str | None) -> None:
+    """Final metrics, artifacts and the program model into the live runs; they end FINISHED."""
+    if tracker is None:
+        return
+    from .eval.model import program_state
+    from .eval.tracking import tracking_uri
+
+    run_id = tracker.finish(summary, program_state(pipeline), register_model)
+    registered = f"; registered as model {register_model!r}" if register_model else ""
+    print(f"MLflow run {run_id} at {tracking_uri(settings)}; program model runs:/{run_id}/program{registered} "
+          f"(view: mlflow ui --backend-store-uri {tracking_uri(settings)}; or: nemori-dspy report --run-id {run_id})")
 
 
 def _eval_longmemeval(args: argparse.Namespace) -> int:
@@ -272,31 +320,32 @@ def _eval_longmemeval(args: argparse.Namespace) -> int:
     systems = parse_systems(args.system)
     questions = load_longmemeval(args.data, _ids(args.questions), _ids(args.question_types))[: args.max_questions]
     data_sha = dataset_sha256(args.data)
-    program = _program_state(args.program)  # a bad --program fails before any model is loaded
+    program = _program_state(args.program, settings)  # a bad --program fails before any model is loaded
     out = _run_dir(args, "longmemeval")
     print(f"dataset {args.data} ({len(questions)} question(s), one memory each); systems "
           f"{', '.join(s.name for s in systems)}; run folder {out}", flush=True)
     t0 = time.perf_counter()
-    with build_runtime(settings) as rt:
-        print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
-        provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program)
-        judge = None if args.no_judge else JudgePanel(
-            {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries, model_label=rt.judge_label)},
-            longmemeval_audit_pairs(questions, settings.judge_audit))
-        opts = EvalOptions(systems=systems, resume=args.resume, concurrency=args.concurrency)
-        summary = run_longmemeval(provider, questions, opts, judge, out)
-        provider.memory(systems[0]).pipeline.save(str(out / "program.json"))
-        server_flags = {k: v for k, v in (rt.server.flags if rt.server else {}).items() if k != "port"}
-    _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
-    if not args.no_mlflow:
-        from .eval.tracking import log_eval_run, tracking_uri
-
-        run_id = log_eval_run(settings, summary, out, {
-            "benchmark": "longmemeval", "dataset.path": str(args.data), "dataset.sha256": data_sha,
-            "dataset.questions": len(questions), "question_types": args.question_types or "all",
-            "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
-            "program": args.program, "server": server_flags}, run_name=out.name)
-        print(f"MLflow run {run_id} at {tracking_uri(settings)} (or: nemori-dspy report --run-id {run_id})")
+    tracker = _tracker(args, settings, out, [s.name for s in systems])
+    with tracker or contextlib.nullcontext():
+        with build_runtime(settings) as rt:
+            print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
+            provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program)
+            pipeline = provider.memory(systems[0]).pipeline
+            _start_tracker(tracker, settings, pipeline, {
+                "benchmark": "longmemeval", "dataset.path": str(args.data), "dataset.sha256": data_sha,
+                "dataset.questions": len(questions), "question_types": args.question_types or "all",
+                "max_questions": args.max_questions, "model_label": rt.model_label, "embedder": embedder_name,
+                "program": args.program, "server": _flags(rt.server)})
+            judge = None if args.no_judge else JudgePanel(
+                {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries,
+                                           model_label=rt.judge_label)},
+                longmemeval_audit_pairs(questions, settings.judge_audit))
+            opts = EvalOptions(systems=systems, resume=args.resume, concurrency=args.concurrency, **_observer(tracker))
+            with tracker.tracing() if tracker else contextlib.nullcontext():
+                summary = run_longmemeval(provider, questions, opts, judge, out)
+            pipeline.save(str(out / "program.json"))
+        _print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
+        _finish_tracker(tracker, settings, summary, pipeline, args.register_model)
     return 0
 
 
@@ -306,6 +355,7 @@ def _memory_provider(args: argparse.Namespace, settings: Any, rt: Any, data_sha:
     beside it), else stores reused by construction key (settings, model, program, dataset, LoCoMo slice)."""
     from .embedders import resolve_embedder
     from .eval.cache import CachedMemories, construction_key
+    from .eval.model import apply_program
     from .eval.runner import SharedMemory
     from .memory import Memory
     from .modules.pipeline import NemoriPipeline, stage_factory
@@ -317,8 +367,8 @@ def _memory_provider(args: argparse.Namespace, settings: Any, rt: Any, data_sha:
     def make_memory(s: Any, path: Path) -> Memory:
         store = open_store(s, path)
         pipeline = NemoriPipeline(Resources(store, embedder, s), stage_factory(s, rt.stage_lms))
-        if args.program:
-            pipeline.load(args.program)
+        if program:
+            apply_program(pipeline, program)
         return Memory(store, embedder, s, pipeline=pipeline)
 
     if getattr(args, "db", None):
@@ -341,18 +391,19 @@ def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
                        for name in JUDGE_METRICS[settings.judge_prompt]}, audit)
 
 
-def _program_state(path: str | None) -> dict[str, Any] | None:
-    if not path:
+def _program_state(ref: str | None, settings: Any = None) -> dict[str, Any] | None:
+    """The saved pipeline state ``--program`` names: a ``program.json`` path, ``runs:/<run_id>/program`` or
+    ``models:/<name>/<version>`` (``eval.model.load_program``); None without ``--program``."""
+    if not ref:
         return None
-    import json
+    from .eval.model import is_model_uri, load_program
 
-    from .errors import ConfigError
+    uri = None
+    if is_model_uri(ref):
+        from .eval.tracking import tracking_uri
 
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--program {path}: cannot read a saved pipeline state ({exc}). Fix: pass a file "
-                          "written by NemoriPipeline.save(path).") from exc
+        uri = tracking_uri(settings) if settings is not None else None
+    return load_program(ref, uri)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -363,6 +414,11 @@ def _report(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     uri = args.tracking_uri or tracking_uri(settings)
+    if args.compare:
+        from .eval.report import compare
+
+        print(compare(uri, args.run_id, args.compare, args.experiment or settings.mlflow_experiment))
+        return 0
     print(report(uri, args.run_id, args.experiment or settings.mlflow_experiment))
     return 0
 
@@ -427,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the embedded model server and open runs are closed cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if hasattr(signal, "SIGHUP"):  # a closed terminal: the same clean end (an eval's MLflow run ends KILLED)
+        signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .errors import NemoriError

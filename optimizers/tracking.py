@@ -9,41 +9,24 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from nemori_dspy.config import NemoriSettings
-from nemori_dspy.eval.tracking import _set_experiment, flatten, tracking_uri
+from nemori_dspy.eval.tracking import (_set_experiment, flatten, mark_stale_runs, predictor_text, process_tags,
+                                      register_prompt, tracking_uri)
 
 __all__ = ["optimize_run", "log_results", "register_stage_prompt", "predictor_text"]
 
 log = logging.getLogger(__name__)
 
 
-def predictor_text(state: dict[str, Any]) -> str:
-    """The prompt-defining text of one saved predictor state: its instruction, fields and demos (JSON)."""
-    sig = state.get("signature", {})
-    return json.dumps({"instructions": sig.get("instructions"), "fields": sig.get("fields"),
-                       "demos": state.get("demos", [])}, sort_keys=True, default=str)
-
-
 def register_stage_prompt(stage: str, text: str, message: str, prefix: str = "nemori-dspy") -> int:
-    """Register ``text`` as a new version of ``<prefix>-<stage>`` unless the latest version is identical.
-
-    Returns the version number that holds ``text``.
-    """
-    import mlflow
-
-    name = f"{prefix}-{stage.replace('_', '-').replace('+', '-')}"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cur = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
-        if cur is None or cur.template != text:
-            cur = mlflow.genai.register_prompt(name=name, template=text, commit_message=message,
-                                               tags={"source": "nemori-dspy optimize"})
-    return int(cur.version)
+    """Register ``text`` as a new version of ``<prefix>-<stage>`` unless the latest version is identical
+    (``eval.tracking.register_prompt``: the same names and texts an eval registers, so an eval of the tuned
+    program finds this version). Returns the version number that holds ``text``."""
+    return register_prompt(stage, text, message, prefix, tags={"source": "nemori-dspy optimize"})
 
 
 @contextmanager
@@ -56,8 +39,10 @@ def optimize_run(settings: NemoriSettings, params: dict[str, Any], run_name: str
 
     uri = tracking_uri(settings)
     mlflow.set_tracking_uri(uri)
-    _set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
-    with mlflow.start_run(run_name=run_name) as run:
+    exp_id = _set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
+    for stale in mark_stale_runs(mlflow.MlflowClient(), exp_id):  # left RUNNING by a kill -9
+        log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", stale)
+    with mlflow.start_run(run_name=run_name, tags=process_tags()) as run:
         mlflow.log_params(flatten(params))
         mlflow.log_params(flatten(settings.public_dict(), "config."))
         try:

@@ -4,6 +4,7 @@ LoCoMo-schema fixture conversations (paths in ``tests.fakes``)."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import dspy
 import pytest
@@ -78,3 +79,22 @@ def real_locomo_mini_path():
     if path is None:
         pytest.skip("real-data test: locomo_mini.json not found (../shared/data/locomo or $NEMORI_LOCOMO_DIR)")
     return path
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory):
+    """An empty sqlite MLflow store with its schema migrated (creating one costs seconds; copying it does not)."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def mlflow_db(tmp_path, mlflow_template):
+    """``tmp_path/mlflow.db``: a fresh sqlite MLflow store for this test (a copy of ``mlflow_template``).
+    Returns its tracking URI."""
+    shutil.copy(mlflow_template, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path}/mlflow.db"

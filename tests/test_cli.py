@@ -14,7 +14,7 @@ from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders, install_
 
 
 @pytest.fixture
-def scripted_runtime(monkeypatch, tmp_path):
+def scripted_runtime(monkeypatch, tmp_path, mlflow_db):  # mlflow_db: a migrated store at tmp_path/mlflow.db
     return install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders()))
 
 
@@ -252,7 +252,7 @@ def test_generous_and_strict_judges_side_by_side(tmp_path, scripted_runtime, cap
 
 
 @pytest.fixture
-def lme_runtime(monkeypatch, tmp_path):
+def lme_runtime(monkeypatch, tmp_path, mlflow_db):
     from tests.fakes import lme_responders
     from tests.fakes import LongMemEvalLM
 
@@ -310,3 +310,37 @@ def test_eval_longmemeval_filters_and_bad_input_fail_before_any_model(tmp_path, 
     assert "judge_audit (given as --judge-audit" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "longmemeval"])  # --data is required
+
+
+def test_program_from_a_run_reuses_its_memory_and_report_compares_the_runs(tmp_path, scripted_runtime, capsys):
+    """A tuned program run, then ``--program runs:/<id>/program``: same construction key (memory reused), same
+    prompt versions; ``report --compare`` shows the default and tuned runs side by side and names the prompt
+    that differs."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert _run(tmp_path, "--system", "nemori", "--no-judge", "--out", str(tmp_path / "a")) == 0
+    state = json.loads((tmp_path / "a/program.json").read_text())
+    state["episodic.narrate.predict"]["signature"]["instructions"] += " Keep it short."
+    (tmp_path / "tuned.json").write_text(json.dumps(state))
+    assert _run(tmp_path, "--system", "nemori", "--no-judge", "--out", str(tmp_path / "b"),
+                "--program", str(tmp_path / "tuned.json"), "--register-model", "nemori-tuned") == 0
+    out = capsys.readouterr().out
+    assert "reused memory" not in out.split("run folder")[-1]  # a tuned narrate prompt builds its own memory
+    ids = {r: json.loads((tmp_path / r / "mlflow_run.json").read_text())["parent"] for r in "ab"}
+    for ref in (f"runs:/{ids['b']}/program", "models:/nemori-tuned/1"):
+        assert _run(tmp_path, "--system", "nemori", "--no-judge", "--out", str(tmp_path / "c"),
+                    "--program", ref) == 0
+        assert "reused memory built by an earlier run" in capsys.readouterr().out
+    mlflow.set_tracking_uri(uri)
+    params = {r: mlflow.get_run(i).data.params for r, i in ids.items()}
+    assert params["a"]["prompt_version.narrate"] == "1" and params["b"]["prompt_version.narrate"] == "2"
+    assert params["a"]["prompt_version.answer"] == params["b"]["prompt_version.answer"] == "1"
+    assert main(["report", "--run-id", ids["a"], "--compare", ids["b"], "--tracking-uri", uri]) == 0
+    text = capsys.readouterr().out
+    assert ids["a"] in text and ids["b"] in text and "prompts that differ: narrate" in text
+    f1 = next(line for line in text.splitlines() if line.startswith("nemori f1 ") and "overall" in line)
+    assert f1.count("[") == 2 and f1.count("n=3") == 2  # both runs, with CIs
+    assert "## Construction cost per stage, A" in text and "## Construction cost per stage, B" in text
+    narrate = [line for line in text.splitlines() if line.startswith("narrate ")]
+    assert len(narrate) == 3 and narrate[-1].split()[-1] == "DIFFERS"  # cost rows of A and B, then the prompt row

@@ -32,10 +32,10 @@ def _log(client, exp_id, name, metrics, parent=None):
 
 
 @pytest.fixture
-def tracked(tmp_path):
+def tracked(tmp_path, mlflow_db):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/m.db"
+    uri = mlflow_db
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.create_experiment("nemori-dspy", artifact_location=str(tmp_path / "artifacts"))
     old = _log(client, exp_id, "older", {"nemori.judge.overall": 0.1})
@@ -93,3 +93,32 @@ def test_report_on_an_unknown_run_id_is_a_config_error(tracked):
     uri, _, _ = tracked
     with pytest.raises(ConfigError, match="no MLflow run 'nonexistent'.*Fix:"):
         report(uri, run_id="nonexistent")
+
+
+def test_compare_an_eval_run_with_an_optimize_run(tracked):
+    from nemori_dspy.eval.report import compare
+
+    uri, parent, _ = tracked
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.get_experiment_by_name("nemori-dspy").experiment_id
+    opt = _log(client, exp_id, "optimize-narrate", {
+        "narrate.dev.before": 0.4, "narrate.dev.before.low": 0.2, "narrate.dev.before.high": 0.6,
+        "narrate.dev.after": 0.5, "narrate.dev.after.low": 0.3, "narrate.dev.after.high": 0.7, "narrate.dev.n": 10,
+        "narrate.dev.temporal.before": 0.25, "narrate.dev.temporal.after": 0.75,
+        "narrate.cost.narrate.calls": 40, "narrate.cost.narrate.input_tokens": 900,
+        "narrate.cost.narrate.output_tokens": 100, "narrate.cost.answer.calls": 5})
+    text = compare(uri, parent, opt)
+    lines = text.splitlines()
+    assert text.startswith(f"A: locomo-full ({parent}") and f"B: optimize-narrate ({opt}" in text
+    after = next(l for l in lines if l.startswith("narrate dev after") and "overall" in l)
+    assert after.endswith("50.0 [30.0, 70.0] n=10") and " - " in after  # A has no such row
+    assert any(l.startswith("narrate dev before") and "temporal" in l and "25.0" in l for l in lines)
+    assert any(l.startswith("nemori judge") and "overall" in l and "75.0" in l for l in lines)  # A: logged means
+    cost_b = text.split("## Construction cost per stage, B")[1]
+    assert next(l for l in cost_b.splitlines() if l.startswith("narrate")).split()[:4] == ["narrate", "40", "900", "100"]
+    assert "answer" not in cost_b.split("## Prompts")[0]  # answering is no construction cost
+    assert "(no prompt.* params)" in text
+    with pytest.raises(ConfigError, match="no MLflow run"):
+        compare(uri, parent, "0" * 32)

@@ -62,7 +62,7 @@ def test_image_turns_reach_memory_with_their_caption(tmp_path, synthetic_mini):
     assert "[shares an image: a photo of a wooden workbench" in narrated and "2023-04-03" in narrated
 
 
-def test_mlflow_run_holds_config_cost_and_scores(tmp_path, synthetic_mini):
+def test_mlflow_run_holds_config_cost_and_scores(tmp_path, synthetic_mini, mlflow_db):
     pytest.importorskip("mlflow")
     import mlflow
 

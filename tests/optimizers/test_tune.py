@@ -182,7 +182,7 @@ def _verbose_narrator(i: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def scripted_runtime(monkeypatch, tmp_path):
+def scripted_runtime(monkeypatch, tmp_path, mlflow_db):  # mlflow_db: a migrated store at tmp_path/mlflow.db
     return install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders(groups_of=2)))
 
 

@@ -1,0 +1,153 @@
+"""The pipeline state that ran, as an MLflow model (``mlflow.dspy`` flavour).
+
+A ``NemoriPipeline`` holds a store and an embedder, which are no part of a program and cannot be saved as a
+model. ``ProgramModel`` holds only the pipeline's predictors, built by the same ``stage_factory`` and named as
+in the pipeline (``episodic.narrate.predict``, ``response.answer.predict`` ...), so its ``dump_state()`` is the
+pipeline's ``program.json`` (without ``metadata``) and ``load_program`` / ``eval --program`` accept it.
+
+* ``log_program_model``: ``mlflow.dspy.log_model(ProgramModel, name="program", use_dspy_model_save=True)`` into
+  a run, optionally registered under a model name (``--register-model NAME``).
+* ``load_program``: a program reference → saved pipeline state: a ``program.json`` path, ``runs:/<run_id>/program``
+  or ``models:/<name>/<version>`` (loaded with ``mlflow.dspy.load_model``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from nemori_dspy.config import NemoriSettings
+from nemori_dspy.errors import ConfigError
+
+__all__ = ["ProgramModel", "log_program_model", "load_program", "apply_program", "program_state", "is_model_uri",
+           "MODEL_NAME"]
+
+log = logging.getLogger(__name__)
+
+#: artifact name of the logged program model inside an eval's parent run (``runs:/<run_id>/program``).
+MODEL_NAME = "program"
+_MODEL_SCHEMES = ("runs:/", "models:/")
+
+
+class _Part(dspy.Module):
+    """A named container (``episodic``, ``semantic``, ``response``) of stage predictors."""
+
+
+class ProgramModel(dspy.Module):
+    """The pipeline's predictors without store or embedder: ``forward(context, question) -> Prediction(answer)``
+    runs the answer stage; the construction stages are carried for their state (instructions, demos).
+
+    Args:
+        settings: decides each stage's predictor class and output cap, as for the pipeline.
+        state: a saved pipeline state (``program.json``); ``None`` → the code's default prompts.
+    Raises:
+        ConfigError: ``state`` names a predictor this pipeline does not have.
+    """
+
+    def __init__(self, settings: NemoriSettings, state: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        from nemori_dspy.modules.pipeline import stage_factory
+        from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+
+        make = stage_factory(settings, {})
+        for stage, path in PIPELINE_PATHS.items():
+            part_name, attr = path.split(".")
+            if not hasattr(self, part_name):
+                setattr(self, part_name, _Part())
+            setattr(getattr(self, part_name), attr, make(stage))
+        if state:
+            apply_program(self, state)
+
+    def forward(self, context: str, question: str) -> dspy.Prediction:
+        return self.response.answer(context=context, question=question)
+
+
+def apply_program(module: dspy.Module, state: dict[str, Any]) -> dspy.Module:
+    """Load a saved pipeline state into ``module``'s predictors (in place); each keeps its own LM (the
+    runtime's stage LMs, from settings), so a saved ``lm`` entry is ignored and ``metadata`` is skipped.
+
+    Raises:
+        ConfigError: ``state`` lacks one of ``module``'s predictors or does not fit it.
+    """
+    mine = dict(module.named_predictors())
+    missing = sorted(set(mine) - set(state))
+    if missing:
+        raise ConfigError(f"saved program lacks predictor(s) {', '.join(missing)}. Fix: pass a program saved from "
+                          "this pipeline (eval's program.json, optimize's program.json, or its MLflow model).")
+    for name, predictor in mine.items():
+        lm = predictor.lm
+        try:
+            predictor.load_state({**state[name], "lm": None})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"saved program: predictor {name!r} does not fit ({exc}). Fix: pass a program "
+                              "saved from a pipeline with the same predictor classes.") from exc
+        predictor.lm = lm
+    return module
+
+
+def program_state(module: dspy.Module) -> dict[str, Any]:
+    """``module.dump_state()`` (JSON mode) with each predictor's ``lm`` left out: what a program is."""
+    return {name: {**state, "lm": None} for name, state in module.dump_state().items()}
+
+
+def log_program_model(settings: NemoriSettings, state: dict[str, Any], run_id: str,
+                      register_as: str | None = None) -> str:
+    """Log ``state`` as an ``mlflow.dspy`` model named :data:`MODEL_NAME` into run ``run_id``.
+
+    ``register_as``: also register it under this model name (a new version per call).
+    Returns the model URI ``runs:/<run_id>/program``. The model is saved with DSPy's own save
+    (``use_dspy_model_save=True``) and explicit pip requirements (no requirement inference subprocess).
+    """
+    import mlflow
+
+    model = ProgramModel(settings, state)
+    with dspy.context(lm=None, adapter=None, callbacks=[]):  # the saved dspy settings hold no live LM
+        with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
+            mlflow.dspy.log_model(model, name=MODEL_NAME, use_dspy_model_save=True,
+                                  pip_requirements=[f"dspy=={dspy.__version__}", f"mlflow=={mlflow.__version__}",
+                                                    "nemori-dspy"],
+                                  registered_model_name=register_as)
+    return f"runs:/{run_id}/{MODEL_NAME}"
+
+
+def is_model_uri(ref: str) -> bool:
+    """True for ``runs:/...`` and ``models:/...`` program references."""
+    return ref.startswith(_MODEL_SCHEMES)
+
+
+def load_program(ref: str, tracking_uri: str | None = None) -> dict[str, Any]:
+    """A program reference → saved pipeline state ``{predictor name: state}``.
+
+    ``ref``: a ``program.json`` path, ``runs:/<run_id>/program`` or ``models:/<name>/<version>``.
+    ``tracking_uri``: the MLflow store a model URI lives in (default: MLflow's current one).
+    Raises:
+        ConfigError: the file or model cannot be read.
+    """
+    if not is_model_uri(ref):
+        try:
+            return json.loads(Path(ref).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--program {ref}: cannot read a saved pipeline state ({exc}). Fix: pass a file "
+                              "written by NemoriPipeline.save(path), or runs:/<run_id>/program, or "
+                              "models:/<name>/<version>.") from exc
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    before = dict(dspy.settings.config)
+    try:
+        model = mlflow.dspy.load_model(ref)
+    except (MlflowException, OSError) as exc:
+        raise ConfigError(f"--program {ref}: cannot load the MLflow model ({str(exc).splitlines()[0][:200]}). Fix: "
+                          "copy the run id from the eval's 'MLflow run …' line (runs:/<run_id>/program) or use "
+                          "models:/<name>/<version> of a --register-model name; pass --mlflow-tracking-uri if "
+                          "the run is in another store.") from None
+    finally:  # load_model configures dspy from the saved settings and makes the model MLflow's active one:
+        dspy.settings.configure(**{k: before.get(k) for k in ("lm", "adapter", "callbacks")})  # keep our own
+        mlflow.clear_active_model()  # else this eval's metrics and traces would be filed under the loaded model
+    return program_state(model)
