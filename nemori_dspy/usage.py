@@ -160,6 +160,15 @@ class UsageLedger:
         #: called with the stage name after each LM response charged to this ledger (e.g. a progress bar).
         self.listeners: list[Callable[[str], None]] = []
 
+    def __getstate__(self) -> dict:
+        """Picklable without its lock: ``mlflow.dspy.log_model`` pickles ``dspy.settings``, where the active
+        ledgers ride (a pickled ledger is a copy of its figures)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @contextmanager
     def charging(self) -> Iterator["UsageLedger"]:
         """Activate this ledger for the block (see ``charging``); yields it."""

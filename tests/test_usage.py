@@ -144,3 +144,17 @@ def test_litellm_embedder_records_provider_tokens_and_cost(monkeypatch, ledger):
     LiteLLMEmbedder("openai/text-embedding-3-small", batch_size=2).embed(["a", "b", "c"])
     e = ledger.embedding_summary()
     assert (e["calls"], e["texts"], e["tokens"]) == (1, 3, 15) and e["cost_usd"] == pytest.approx(0.002)
+
+
+def test_a_ledger_pickles_as_a_copy_of_its_figures():
+    """mlflow.dspy.log_model pickles dspy.settings, where active ledgers ride; a lock must not stop it."""
+    import pickle
+
+    from nemori_dspy.usage import UsageLedger
+
+    ledger = UsageLedger()
+    ledger.add_stage("narrate", calls=2, input_tokens=10)
+    copy = pickle.loads(pickle.dumps(ledger))
+    assert copy.snapshot()["narrate"].calls == 2
+    copy.add_stage("narrate", calls=1)
+    assert copy.snapshot()["narrate"].calls == 3 and ledger.snapshot()["narrate"].calls == 2
