@@ -62,7 +62,7 @@ def test_a_version_1_file_opens_and_its_entries_have_no_event_time(tmp_path):
     assert again.get_semantic("u", "s-new").event_end == datetime(2023, 5, 8, 14, 0)
     assert again.get_semantic("u", "s-old").event_start is None
     version = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-    assert int(version) == SCHEMA_VERSION == 3
+    assert int(version) == SCHEMA_VERSION == 4
     again.close()
 
 

@@ -1,0 +1,105 @@
+"""Lexical retrieval beside the vector search: query terms for a trigram index and score fusion.
+
+Why: the default embedder (all-MiniLM-L6-v2) is English-only, so for a Chinese query its cosine can
+rank an unrelated episode first (issue 12). Both stores therefore also match the query's words in
+the stored text with a **trigram** index (SQLite FTS5 ``tokenize='trigram'``; Weaviate
+``Tokenization.TRIGRAM``), which needs no word segmentation and so works for CJK as for English.
+
+Fusion is **relative score fusion** (Weaviate's ``HybridFusion.RELATIVE_SCORE``): each signal is
+min-max normalised to [0, 1] over its own candidate list, a record missing from a list gets 0 for
+that signal, and the fused score is ``(1 - w) * vector + w * lexical`` with ``w`` =
+``NemoriSettings.lexical_weight`` (Weaviate's ``alpha`` = 1 - w). ``w = 0`` is the paper's
+vector-only search (§3.4).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+__all__ = ["LexicalQuery", "lexical_query", "relative_score_fusion", "CANDIDATES_PER_K", "MIN_CANDIDATES",
+           "DEFAULT_LEXICAL_WEIGHT", "lexical_text"]
+
+#: default w (``NemoriSettings.lexical_weight``); chosen on the synthetic fixtures (README, Retrieval).
+DEFAULT_LEXICAL_WEIGHT = 0.3
+
+#: each signal's candidate list holds max(CANDIDATES_PER_K * k, MIN_CANDIDATES) records: wide enough
+#: that a lexical match ranked low by the vector still competes, narrow enough that the min-max
+#: normalisation is set by plausible hits, not by the whole collection.
+CANDIDATES_PER_K = 4
+MIN_CANDIDATES = 40
+
+#: scripts written without spaces between words (Han, Hiragana, Katakana, Hangul).
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+_WORD = re.compile(r"\w+", re.UNICODE)
+_TRIGRAM = 3  # FTS5's trigram tokenizer matches only terms of at least 3 characters
+
+
+class LexicalQuery:
+    """The terms of one query: ``long`` (≥ 3 characters, for the trigram index) and ``short``
+    (1–2 character CJK runs, matched as substrings because a trigram index cannot hold them)."""
+
+    def __init__(self, long: list[str], short: list[str]) -> None:
+        self.long, self.short = long, short
+
+    def __bool__(self) -> bool:
+        return bool(self.long or self.short)
+
+    def fts_match(self) -> str | None:
+        """An FTS5 MATCH string: the long terms as quoted phrases joined by OR; None without long terms."""
+        return " OR ".join(f'"{t}"' for t in self.long) or None
+
+
+def _cjk_terms(run: str) -> tuple[list[str], list[str]]:
+    """A CJK run has no spaces: its overlapping trigrams, or the run itself when shorter than 3."""
+    if len(run) < _TRIGRAM:
+        return [], [run]
+    return [run[i:i + _TRIGRAM] for i in range(len(run) - _TRIGRAM + 1)], []
+
+
+def lexical_query(text: str) -> LexicalQuery:
+    """Terms of ``text``: words of ≥ 3 characters (lower-cased), every trigram of each CJK run,
+    and CJK runs of 1–2 characters as short terms. Shorter non-CJK words ("of", "5") are dropped:
+    they carry little and a trigram index cannot match them. Duplicates are kept once, in order."""
+    long: list[str] = []
+    short: list[str] = []
+    for word in _WORD.findall(text or ""):
+        rest = _CJK.sub(" ", word)
+        for run in _CJK.findall(word):
+            lo, sh = _cjk_terms(run)
+            long += lo
+            short += sh
+        long += [w.lower() for w in rest.split() if len(w) >= _TRIGRAM]
+    return LexicalQuery(list(dict.fromkeys(long)), list(dict.fromkeys(short)))
+
+
+def lexical_text(*parts: str) -> str:
+    """The text a record is matched on: its parts (cue, narrative, raw messages; or a fact) joined by newlines."""
+    return "\n".join(p for p in parts if p)
+
+
+def _normalised(values: np.ndarray) -> np.ndarray:
+    """Min-max to [0, 1]; a list whose values are all equal maps to 1 (each is the best)."""
+    lo, hi = float(values.min()), float(values.max())
+    return np.ones_like(values) if hi - lo <= 1e-12 else (values - lo) / (hi - lo)
+
+
+def relative_score_fusion(n: int, vector: tuple[np.ndarray, np.ndarray], lexical: tuple[np.ndarray, np.ndarray],
+                          weight: float) -> np.ndarray:
+    """Fused scores of ``n`` records from two candidate lists.
+
+    Args:
+        n: number of records (positions 0..n-1).
+        vector: (positions, cosine scores) of the vector candidate list.
+        lexical: (positions, lexical scores, higher = better) of the lexical candidate list.
+        weight: lexical weight w in [0, 1].
+    Returns:
+        float64 array of length ``n``: ``(1 - w) * norm(vector) + w * norm(lexical)``; 0 for a
+        record in neither list (so callers rank only the union of the two lists).
+    """
+    fused = np.zeros(n, dtype=np.float64)
+    for (pos, vals), w in ((vector, 1.0 - weight), (lexical, weight)):
+        if len(pos) and w > 0:
+            fused[pos] += w * _normalised(np.asarray(vals, dtype=np.float64))
+    return fused
