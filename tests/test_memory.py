@@ -496,7 +496,7 @@ def test_v1_sqlite_file_is_migrated_and_readable(tmp_path: Path, lm):
         assert [m.metadata for m in store.pending_messages("old")] == [{}, {"v": 2}]
         mem.flush("old")
         assert sorted(assigned_ids(mem, "old")) == ["n1", "o1"]
-        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
     finally:
         store.close()
     SQLiteStore(path).close()  # reopening a migrated file is a no-op
