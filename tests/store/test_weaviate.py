@@ -129,13 +129,14 @@ def test_open_store_builds_the_configured_backend(tmp_path, monkeypatch):
     made = {}
 
     class Recorder:
-        def __init__(self, url, prefix, naive_timezone):
-            made.update(url=url, prefix=prefix, naive_timezone=naive_timezone)
+        def __init__(self, url, prefix, naive_timezone, lexical_weight):
+            made.update(url=url, prefix=prefix, naive_timezone=naive_timezone, lexical_weight=lexical_weight)
 
     monkeypatch.setattr("nemori_dspy.store.WeaviateStore", Recorder)
     settings = NemoriSettings(store="weaviate", weaviate_url="http://localhost:8080", naive_timezone="Europe/Berlin")
     open_store(settings, tmp_path / "memory" / "3fa9c1 ..;x.sqlite3")
     assert made["url"] == "http://localhost:8080" and made["naive_timezone"] == "Europe/Berlin"
+    assert made["lexical_weight"] == settings.lexical_weight
     assert made["prefix"] == "Nemori_3fa9c1____x"
     collection_names(made["prefix"])  # a valid prefix
     open_store(settings)
