@@ -9,8 +9,8 @@ Contract (checked by ``tests/store/test_contract.py`` against every backend):
 - Searches return live (not superseded, not deleted) records of one user only, ordered by
   decreasing cosine similarity, ties broken by id. Given a ``query`` text and a lexical weight
   w > 0 (``lexical_weight`` setting), they are ordered instead by the fusion of the cosine ranking
-  with a lexical (trigram BM25) ranking of the stored text (``store.lexical``); ``score`` stays the
-  cosine. ``search`` runs both searches of the answer path in one call.
+  with a lexical (trigram BM25) ranking of the stored text (``store.lexical``), and ``score`` is that
+  fused value in [0, 1]. ``search`` runs both searches of the answer path in one call.
 - A message keeps its ``metadata`` (flat JSON object); ``episodes_with_metadata`` finds the
   episodes holding a matching message, and the ``only`` / ``sources`` search arguments restrict
   a search to them.

@@ -10,7 +10,7 @@ written since; opening a store reads no vector blob (benchmarks/store_search.py)
 Lexical retrieval (issue 12): episodes (cue, narrative and raw messages) and semantic entries are
 also in an FTS5 table with the ``trigram`` tokenizer (works for CJK without word segmentation);
 with a query text and ``lexical_weight`` > 0 its BM25 ranking is fused with the cosine ranking
-(``lexical.relative_score_fusion``). Queries of 1–2 CJK characters, which a trigram index cannot
+(``lexical.relative_score_fusion``) and the fused value in [0, 1] is the result's score. Queries of 1–2 CJK characters, which a trigram index cannot
 match, fall back to a substring (``LIKE``) match scored by the number of terms found.
 
 Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for older rows);
@@ -561,8 +561,8 @@ class SQLiteStore:
 
     def _rank(self, user_id: str, table: str, snap: IndexSnapshot, unit: np.ndarray, top_k: int,
               keep: np.ndarray, threshold: float | None, query: str | None) -> list[tuple[int, float]]:
-        """(vseq, cosine) of the top-k kept records: by cosine, or with a query text and lexical_weight > 0
-        by the fused score (``lexical.relative_score_fusion``); ties broken by id."""
+        """(vseq, score) of the top-k kept records: by cosine, or with a query text and lexical_weight > 0
+        by the fused score (``lexical.relative_score_fusion``, in [0, 1]), which is then the score; ties by id."""
         if top_k <= 0 or not snap.n or snap.matrix.shape[1] != unit.size:
             return []
         cos = np.asarray(snap.matrix @ unit, dtype=np.float32)
@@ -583,10 +583,11 @@ class SQLiteStore:
             lex_pos = lex_pos[ok][:width]
             order_by = relative_score_fusion(snap.n, (vec_pos, cos[vec_pos]), (lex_pos, lex_s), self.lexical_weight)
             cand = np.union1d(vec_pos, lex_pos)
+            return self._top_with_ties(table, user_id, snap, cand, order_by, order_by, top_k)
         return self._top_with_ties(table, user_id, snap, cand, order_by, cos, top_k)
 
     def _top_with_ties(self, table: str, user_id: str, snap: IndexSnapshot, cand: np.ndarray,
-                       order_by: np.ndarray, cos: np.ndarray, top_k: int) -> list[tuple[int, float]]:
+                       order_by: np.ndarray, score: np.ndarray, top_k: int) -> list[tuple[int, float]]:
         if cand.size > top_k:
             kth = np.partition(-order_by[cand], top_k - 1)[top_k - 1]
             cand = cand[-order_by[cand] <= kth]  # the k best and everything tied with the k-th
@@ -596,7 +597,7 @@ class SQLiteStore:
             (user_id, *vseqs.tolist())).fetchall())
         ranked = sorted((i for i in cand.tolist() if int(snap.vseqs[i]) in names),
                         key=lambda i: (-float(order_by[i]), names[int(snap.vseqs[i])]))
-        return [(int(snap.vseqs[i]), float(cos[i])) for i in ranked[:top_k]]
+        return [(int(snap.vseqs[i]), float(score[i])) for i in ranked[:top_k]]
 
     def _episode_mask(self, user_id: str, snap: IndexSnapshot, before_window: int | None,
                       only: Collection[str] | None) -> np.ndarray:
@@ -644,8 +645,8 @@ class SQLiteStore:
                         before_window: int | None = None, only: Collection[str] | None = None,
                         query: str | None = None) -> list[ScoredEpisode]:
         """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
-        ids in ``only``, if given); with ``query`` text, ranked by cosine fused with the lexical match
-        (``lexical_weight``). ``score`` is the cosine either way."""
+        ids in ``only``, if given); with ``query`` text and ``lexical_weight`` > 0, ranked by the fusion of
+        cosine and lexical match, whose value in [0, 1] is then the ``score``."""
         if top_k <= 0 or (only is not None and not only):
             return []
         snap = self._snapshots(user_id, ["episodes"])["episodes"]
@@ -657,8 +658,8 @@ class SQLiteStore:
                         threshold: float | None = None, sources: Collection[str] | None = None,
                         query: str | None = None) -> list[ScoredSemantic]:
         """Exact cosine top-k live semantic entries, cosine > ``threshold`` if given (τ, §3.3.1); with
-        ``sources``, only entries with at least one source episode id in it; with ``query`` text,
-        ranked by cosine fused with the lexical match (``lexical_weight``). ``score`` is the cosine."""
+        ``sources``, only entries with at least one source episode id in it; with ``query`` text and
+        ``lexical_weight`` > 0, ranked by the fused score (then the ``score``; the threshold stays on cosine)."""
         if top_k <= 0:
             return []
         snap = self._snapshots(user_id, ["semantic"])["semantic"]

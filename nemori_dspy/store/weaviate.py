@@ -43,7 +43,7 @@ Lexical retrieval (issue 12): episodes and semantic entries carry a ``lexical`` 
 narrative and raw messages; or the fact's text) with ``Tokenization.TRIGRAM`` (works for CJK without
 word segmentation). A search given a ``query`` text with ``lexical_weight`` w > 0 is a hybrid search
 (BM25 on ``lexical`` + our vector, ``alpha = 1 - w``, ``HybridFusion.RELATIVE_SCORE``, the fusion
-``SQLiteStore`` uses too); ``score`` stays the cosine, computed from the returned vector. Trigram BM25
+``SQLiteStore`` uses too), whose fused value in [0, 1] is the result's ``score``. Trigram BM25
 cannot match a query of 1–2 CJK characters: such a search is ranked by the vector alone.
 
 Schema versions: 1 (first release); 2 adds the message properties ``metadata``,
@@ -815,22 +815,19 @@ class WeaviateStore:
 
     def _hybrid(self, coll: Any, vector: Sequence[float], query: str, top_k: int,
                 filters: Any) -> list[tuple[Any, float]]:
-        """Top-k (object, cosine) of a hybrid search: BM25 on ``lexical`` fused with our vector by relative
-        score fusion, ``alpha = 1 - lexical_weight``; ordered by fused score, ties by id."""
+        """Top-k (object, fused score in [0, 1]) of a hybrid search: BM25 on ``lexical`` fused with our
+        vector by relative score fusion, ``alpha = 1 - lexical_weight``; ties by id."""
         w = self._w
-        unit = _unit(vector)
-        objs = coll.query.hybrid(query=query, vector=unit, target_vector=_VEC, alpha=1.0 - self.lexical_weight,
-                                 fusion_type=w.HybridFusion.RELATIVE_SCORE, query_properties=["lexical"],
-                                 limit=top_k, filters=filters, include_vector=True,
+        objs = coll.query.hybrid(query=query, vector=_unit(vector), target_vector=_VEC,
+                                 alpha=1.0 - self.lexical_weight, fusion_type=w.HybridFusion.RELATIVE_SCORE,
+                                 query_properties=["lexical"], limit=top_k, filters=filters, include_vector=True,
                                  return_metadata=w.MetadataQuery(score=True)).objects
-        q = np.asarray(unit, dtype=np.float64)
-        ranked = sorted(objs, key=lambda o: (-float(o.metadata.score or 0.0), o.properties["eid"]))
-        return [(o, float(np.dot(q, np.asarray((o.vector or {}).get(_VEC, q * 0), dtype=np.float64))))
-                for o in ranked]
+        scored = [(o, float(o.metadata.score or 0.0)) for o in objs]
+        return sorted(scored, key=lambda t: (-t[1], t[0].properties["eid"]))
 
     def _top(self, coll: Any, vector: Sequence[float], top_k: int, filters: Any,
              query: str | None) -> list[tuple[Any, float]]:
-        if query and query.strip() and self.lexical_weight > 0 and top_k > 0:
+        if query and query.strip() and self.lexical_weight > 0 and top_k > 0:  # threshold searches pass no query
             return self._hybrid(coll, vector, query, top_k, filters)
         return self._nearest(coll, vector, top_k, filters)
 
