@@ -294,7 +294,7 @@ class SemanticEntry(BaseModel):
 
 class ScoredEpisode(BaseModel):
     """An episode with its score for a query: cosine similarity in [-1, 1], or for a search fused with
-    the lexical match (``lexical_weight`` > 0) the fused score in [0, 1]."""
+    the lexical match (``lexical_weight`` > 0) the fused score (at most 1)."""
 
     episode: Episode
     score: float
@@ -302,7 +302,7 @@ class ScoredEpisode(BaseModel):
 
 class ScoredSemantic(BaseModel):
     """A semantic entry with its score for a query: cosine similarity in [-1, 1], or for a search fused
-    with the lexical match (``lexical_weight`` > 0) the fused score in [0, 1]."""
+    with the lexical match (``lexical_weight`` > 0) the fused score (at most 1)."""
 
     entry: SemanticEntry
     score: float

@@ -10,7 +10,7 @@ Contract (checked by ``tests/store/test_contract.py`` against every backend):
   decreasing cosine similarity, ties broken by id. Given a ``query`` text and a lexical weight
   w > 0 (``lexical_weight`` setting), they are ordered instead by the fusion of the cosine ranking
   with a lexical (trigram BM25) ranking of the stored text (``store.lexical``), and ``score`` is that
-  fused value in [0, 1]. ``search`` runs both searches of the answer path in one call.
+  fused value (at most 1). ``search`` runs both searches of the answer path in one call.
 - A message keeps its ``metadata`` (flat JSON object); ``episodes_with_metadata`` finds the
   episodes holding a matching message, and the ``only`` / ``sources`` search arguments restrict
   a search to them.

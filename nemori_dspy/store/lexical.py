@@ -5,11 +5,16 @@ rank an unrelated episode first (issue 12). Both stores therefore also match the
 the stored text with a **trigram** index (SQLite FTS5 ``tokenize='trigram'``; Weaviate
 ``Tokenization.TRIGRAM``), which needs no word segmentation and so works for CJK as for English.
 
-Fusion is **relative score fusion** (Weaviate's ``HybridFusion.RELATIVE_SCORE``): each signal is
-min-max normalised to [0, 1] over its own candidate list, a record missing from a list gets 0 for
-that signal, and the fused score is ``(1 - w) * vector + w * lexical`` with ``w`` =
-``NemoriSettings.lexical_weight`` (Weaviate's ``alpha`` = 1 - w). ``w = 0`` is the paper's
-vector-only search (§3.4).
+Fusion is a **weighted sum**: ``(1 - w) * cosine + w * lexical / max(lexical)`` with ``w`` =
+``NemoriSettings.lexical_weight``, over the union of the top-C records by cosine and the top-C by
+lexical score (C = ``max(CANDIDATES_PER_K * k, MIN_CANDIDATES)``); the cosine is each record's exact
+one, the best lexical match counts 1, a record without a lexical match 0. The cosine is kept raw,
+not min-max normalised: on a small memory (2–3 records) min-max would turn any cosine gap into
+the full range and drown the lexical signal. ``w = 0`` is the paper's vector-only search (§3.4).
+
+Weaviate computes its fusion on the server: ``hybrid`` with ``HybridFusion.RELATIVE_SCORE`` and
+``alpha = 1 - w`` (min-max on both signals), the closest fusion it offers; the two backends rank
+alike when a memory holds more than a handful of records, and may differ on tiny ones.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import re
 
 import numpy as np
 
-__all__ = ["LexicalQuery", "lexical_query", "relative_score_fusion", "CANDIDATES_PER_K", "MIN_CANDIDATES",
+__all__ = ["LexicalQuery", "lexical_query", "weighted_fusion", "CANDIDATES_PER_K", "MIN_CANDIDATES",
            "DEFAULT_LEXICAL_WEIGHT", "lexical_text"]
 
 #: default w (``NemoriSettings.lexical_weight``); chosen on the synthetic fixtures (README, Retrieval).
@@ -79,27 +84,19 @@ def lexical_text(*parts: str) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _normalised(values: np.ndarray) -> np.ndarray:
-    """Min-max to [0, 1]; a list whose values are all equal maps to 1 (each is the best)."""
-    lo, hi = float(values.min()), float(values.max())
-    return np.ones_like(values) if hi - lo <= 1e-12 else (values - lo) / (hi - lo)
-
-
-def relative_score_fusion(n: int, vector: tuple[np.ndarray, np.ndarray], lexical: tuple[np.ndarray, np.ndarray],
-                          weight: float) -> np.ndarray:
-    """Fused scores of ``n`` records from two candidate lists.
+def weighted_fusion(cosine: np.ndarray, lexical: tuple[np.ndarray, np.ndarray], weight: float) -> np.ndarray:
+    """Fused scores ``(1 - w) * cosine + w * lexical / max(lexical)``.
 
     Args:
-        n: number of records (positions 0..n-1).
-        vector: (positions, cosine scores) of the vector candidate list.
-        lexical: (positions, lexical scores, higher = better) of the lexical candidate list.
+        cosine: (n,) cosine of every record to the query.
+        lexical: (positions, scores) of the lexical candidates, scores > 0 (higher = better).
         weight: lexical weight w in [0, 1].
     Returns:
-        float64 array of length ``n``: ``(1 - w) * norm(vector) + w * norm(lexical)``; 0 for a
-        record in neither list (so callers rank only the union of the two lists).
+        float64 array of length n; records without a lexical match get ``(1 - w) * cosine``.
     """
-    fused = np.zeros(n, dtype=np.float64)
-    for (pos, vals), w in ((vector, 1.0 - weight), (lexical, weight)):
-        if len(pos) and w > 0:
-            fused[pos] += w * _normalised(np.asarray(vals, dtype=np.float64))
+    fused = (1.0 - weight) * np.asarray(cosine, dtype=np.float64)
+    pos, vals = lexical
+    vals = np.asarray(vals, dtype=np.float64)
+    if len(pos) and weight > 0 and float(vals.max()) > 0:
+        fused[pos] += weight * np.clip(vals, 0.0, None) / float(vals.max())
     return fused

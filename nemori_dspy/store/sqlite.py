@@ -10,8 +10,8 @@ written since; opening a store reads no vector blob (benchmarks/store_search.py)
 Lexical retrieval (issue 12): episodes (cue, narrative and raw messages) and semantic entries are
 also in an FTS5 table with the ``trigram`` tokenizer (works for CJK without word segmentation);
 with a query text and ``lexical_weight`` > 0 its BM25 ranking is fused with the cosine ranking
-(``lexical.relative_score_fusion``) and the fused value in [0, 1] is the result's score. Queries of 1–2 CJK characters, which a trigram index cannot
-match, fall back to a substring (``LIKE``) match scored by the number of terms found.
+(``lexical.weighted_fusion``) and the fused value is the result's score. Queries of 1–2 CJK characters, which a trigram index cannot
+match, fall back to a substring match (``instr``) scored by the number of terms found.
 
 Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for older rows);
 3 adds ``semantic.event_start``/``event_end`` (NULL for older rows); 4 adds ``vseq`` (row-version number
@@ -40,7 +40,7 @@ from ..errors import EmbedderMismatchError, NotFoundError, StoreError
 from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage,
                      instant, metadata_matches)
 from .lexical import (CANDIDATES_PER_K, DEFAULT_LEXICAL_WEIGHT, MIN_CANDIDATES, LexicalQuery, lexical_query,
-                      lexical_text, relative_score_fusion)
+                      lexical_text, weighted_fusion)
 from .vector_index import IndexSnapshot, VectorIndex
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
@@ -552,9 +552,10 @@ class SQLiteStore:
             rows = c.execute("SELECT rowid, -bm25(lexical) FROM lexical WHERE lexical MATCH ? AND user_id=? AND "
                              "kind=? ORDER BY bm25(lexical) LIMIT ?", (match, user_id, table, limit)).fetchall()
         else:
-            like = " OR ".join("body LIKE ?" for _ in q.short)
-            found = c.execute(f"SELECT rowid, body FROM lexical WHERE user_id=? AND kind=? AND ({like})",
-                              (user_id, table, *[f"%{t}%" for t in q.short])).fetchall()
+            # instr, not LIKE: SQLite 3.40's trigram table answers a LIKE shorter than 3 characters with no rows
+            anywhere = " OR ".join("instr(body, ?) > 0" for _ in q.short)
+            found = c.execute(f"SELECT rowid, body FROM lexical WHERE user_id=? AND kind=? AND ({anywhere})",
+                              (user_id, table, *q.short)).fetchall()
             rows = sorted(((r, float(sum(t in body for t in q.short))) for r, body in found),
                           key=lambda t: -t[1])[:limit]
         return (np.asarray([r[0] for r in rows], dtype=np.int64), np.asarray([r[1] for r in rows], dtype=np.float64))
@@ -562,7 +563,7 @@ class SQLiteStore:
     def _rank(self, user_id: str, table: str, snap: IndexSnapshot, unit: np.ndarray, top_k: int,
               keep: np.ndarray, threshold: float | None, query: str | None) -> list[tuple[int, float]]:
         """(vseq, score) of the top-k kept records: by cosine, or with a query text and lexical_weight > 0
-        by the fused score (``lexical.relative_score_fusion``, in [0, 1]), which is then the score; ties by id."""
+        by the fused score (``lexical.weighted_fusion``), which is then the score; ties by id."""
         if top_k <= 0 or not snap.n or snap.matrix.shape[1] != unit.size:
             return []
         cos = np.asarray(snap.matrix @ unit, dtype=np.float32)
@@ -581,7 +582,7 @@ class SQLiteStore:
             ok = keep[lex_pos] if lex_pos.size else np.zeros(0, dtype=bool)
             lex_s = lex_s[np.isin(lex_v, snap.vseqs)][ok][:width]
             lex_pos = lex_pos[ok][:width]
-            order_by = relative_score_fusion(snap.n, (vec_pos, cos[vec_pos]), (lex_pos, lex_s), self.lexical_weight)
+            order_by = weighted_fusion(cos, (lex_pos, lex_s), self.lexical_weight)
             cand = np.union1d(vec_pos, lex_pos)
             return self._top_with_ties(table, user_id, snap, cand, order_by, order_by, top_k)
         return self._top_with_ties(table, user_id, snap, cand, order_by, cos, top_k)
@@ -646,7 +647,7 @@ class SQLiteStore:
                         query: str | None = None) -> list[ScoredEpisode]:
         """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
         ids in ``only``, if given); with ``query`` text and ``lexical_weight`` > 0, ranked by the fusion of
-        cosine and lexical match, whose value in [0, 1] is then the ``score``."""
+        cosine and lexical match, whose value is then the ``score``."""
         if top_k <= 0 or (only is not None and not only):
             return []
         snap = self._snapshots(user_id, ["episodes"])["episodes"]

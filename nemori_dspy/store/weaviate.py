@@ -42,8 +42,9 @@ other messages are re-buffered with ``requeue_step = k``. A message is therefore
 Lexical retrieval (issue 12): episodes and semantic entries carry a ``lexical`` property (cue,
 narrative and raw messages; or the fact's text) with ``Tokenization.TRIGRAM`` (works for CJK without
 word segmentation). A search given a ``query`` text with ``lexical_weight`` w > 0 is a hybrid search
-(BM25 on ``lexical`` + our vector, ``alpha = 1 - w``, ``HybridFusion.RELATIVE_SCORE``, the fusion
-``SQLiteStore`` uses too), whose fused value in [0, 1] is the result's ``score``. Trigram BM25
+(BM25 on ``lexical`` + our vector, ``alpha = 1 - w``, ``HybridFusion.RELATIVE_SCORE``; the closest
+server-side match of ``SQLiteStore``'s weighted fusion, see ``store.lexical``), whose fused value in
+[0, 1] is the result's ``score``. Trigram BM25
 cannot match a query of 1–2 CJK characters: such a search is ranked by the vector alone.
 
 Schema versions: 1 (first release); 2 adds the message properties ``metadata``,
