@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-__all__ = ["LexicalQuery", "lexical_query", "weighted_fusion", "CANDIDATES_PER_K", "MIN_CANDIDATES",
+__all__ = ["LexicalQuery", "lexical_query", "weighted_fusion", "CANDIDATES_PER_K", "MIN_CANDIDATES", "STOPWORDS",
            "DEFAULT_LEXICAL_WEIGHT", "lexical_text"]
 
 #: default w (``NemoriSettings.lexical_weight``); chosen on the synthetic fixtures (README, Retrieval).
@@ -39,6 +39,14 @@ MIN_CANDIDATES = 40
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TRIGRAM = 3  # FTS5's trigram tokenizer matches only terms of at least 3 characters
+#: a word in a spaced script must be this long: a 3-letter word is one trigram, which matches inside
+#: unrelated words ("cat" in "education") and on the synthetic fixtures cost recall@1.
+_MIN_WORD = 4
+#: function words of English questions; as trigram phrases they match nearly every record.
+STOPWORDS = frozenset("""about after again also because been before being between both could does doing down
+during each from further have having here into itself just more most much once only other over same should
+some such than that their them then there these they this those through under until very were what when where
+which while whom whose will with would your yours""".split())
 
 
 class LexicalQuery:
@@ -64,9 +72,10 @@ def _cjk_terms(run: str) -> tuple[list[str], list[str]]:
 
 
 def lexical_query(text: str) -> LexicalQuery:
-    """Terms of ``text``: words of ≥ 3 characters (lower-cased), every trigram of each CJK run,
-    and CJK runs of 1–2 characters as short terms. Shorter non-CJK words ("of", "5") are dropped:
-    they carry little and a trigram index cannot match them. Duplicates are kept once, in order."""
+    """Terms of ``text``: words of ≥ 4 characters (lower-cased) that are not in ``STOPWORDS``, every
+    trigram of each CJK run, and CJK runs of 1–2 characters as short terms. Shorter words ("of", "cat",
+    "5") are dropped: a trigram index cannot match a 1–2 character term and matches a 3-letter one
+    inside unrelated words. Duplicates are kept once, in order."""
     long: list[str] = []
     short: list[str] = []
     for word in _WORD.findall(text or ""):
@@ -75,7 +84,7 @@ def lexical_query(text: str) -> LexicalQuery:
             lo, sh = _cjk_terms(run)
             long += lo
             short += sh
-        long += [w.lower() for w in rest.split() if len(w) >= _TRIGRAM]
+        long += [w.lower() for w in rest.split() if len(w) >= _MIN_WORD and w.lower() not in STOPWORDS]
     return LexicalQuery(list(dict.fromkeys(long)), list(dict.fromkeys(short)))
 
 

@@ -41,7 +41,7 @@ from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResu
                      instant, metadata_matches)
 from .lexical import (CANDIDATES_PER_K, DEFAULT_LEXICAL_WEIGHT, MIN_CANDIDATES, LexicalQuery, lexical_query,
                       lexical_text, weighted_fusion)
-from .vector_index import IndexSnapshot, VectorIndex
+from .vector_index import IndexSnapshot, VectorIndex, cosines
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
@@ -566,7 +566,7 @@ class SQLiteStore:
         by the fused score (``lexical.weighted_fusion``), which is then the score; ties by id."""
         if top_k <= 0 or not snap.n or snap.matrix.shape[1] != unit.size:
             return []
-        cos = np.asarray(snap.matrix @ unit, dtype=np.float32)
+        cos = cosines(snap.matrix, unit)
         if threshold is not None:
             keep = keep & (cos > threshold)
         cand = np.flatnonzero(keep)
@@ -594,7 +594,7 @@ class SQLiteStore:
             cand = cand[-order_by[cand] <= kth]  # the k best and everything tied with the k-th
         vseqs = snap.vseqs[cand]
         names = dict(self._conn().execute(
-            f"SELECT vseq, id FROM {table} WHERE user_id=? AND vseq IN ({','.join('?' * len(vseqs))})",
+            f"SELECT vseq, id FROM {table} WHERE user_id=? AND live=1 AND vseq IN ({','.join('?' * len(vseqs))})",
             (user_id, *vseqs.tolist())).fetchall())
         ranked = sorted((i for i in cand.tolist() if int(snap.vseqs[i]) in names),
                         key=lambda i: (-float(order_by[i]), names[int(snap.vseqs[i])]))
@@ -626,7 +626,7 @@ class SQLiteStore:
         if not hits:
             return []
         rows = {r[-1]: r[:-1] for r in self._conn().execute(
-            f"SELECT {self._EP_COLS}, vseq FROM episodes WHERE user_id=? AND vseq IN ({','.join('?' * len(hits))})",
+            f"SELECT {self._EP_COLS}, vseq FROM episodes WHERE user_id=? AND live=1 AND vseq IN ({','.join('?' * len(hits))})",
             (user_id, *[v for v, _ in hits]))}
         eps = {v: self._episode(user_id, rows[v], with_messages=False) for v, _ in hits if v in rows}
         msgs = {m.id: m for m in self.get_messages(user_id, [i for e in eps.values() for i in e.message_ids])}
@@ -638,7 +638,7 @@ class SQLiteStore:
         if not hits:
             return []
         rows = {r[-1]: r[:-1] for r in self._conn().execute(
-            f"SELECT {self._SEM_COLS}, vseq FROM semantic WHERE user_id=? AND vseq IN ({','.join('?' * len(hits))})",
+            f"SELECT {self._SEM_COLS}, vseq FROM semantic WHERE user_id=? AND live=1 AND vseq IN ({','.join('?' * len(hits))})",
             (user_id, *[v for v, _ in hits]))}
         return [ScoredSemantic(entry=self._entry(user_id, rows[v]), score=s) for v, s in hits if v in rows]
 

@@ -13,9 +13,9 @@ def test_a_chinese_run_becomes_its_trigrams():
     assert q.fts_match() == '"卡罗琳" OR "罗琳去" OR "琳去哪" OR "去哪了"'
 
 
-def test_english_words_of_three_or_more_letters_are_kept_lowercased_once():
+def test_english_content_words_of_four_or_more_letters_are_kept_lowercased_once():
     q = lexical_query("What did Caroline research? Caroline, of 5 cats")
-    assert q.long == ["what", "did", "caroline", "research", "cats"] and not q.short
+    assert q.long == ["caroline", "research", "cats"] and not q.short
 
 
 def test_short_cjk_runs_are_short_terms_and_mixed_scripts_split():
