@@ -521,8 +521,26 @@ class SQLiteStore:
                 vseqs = np.fromiter((r[0] for r in c.execute(
                     f"SELECT vseq FROM {table} WHERE user_id=? AND live=1", (user_id,))), dtype=np.int64)
                 idx.set_alive(vseqs)
+                if self._missing(c, table, user_id, np.setdiff1d(vseqs, idx.snapshot.vseqs), idx.dim):
+                    # live rows the index lacks (its files were removed meanwhile): rebuild it
+                    log.warning("search index %s lacks rows; rebuilding it from %s", idx.stem, self.path)
+                    idx.discard()
+                    rows = c.execute(f"SELECT vseq, {'window' if table == 'episodes' else '0'}, vector FROM "
+                                     f"{table} WHERE user_id=? AND live=1 ORDER BY vseq", (user_id,)).fetchall()
+                    idx.append([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
             idx.mark(gen)
             return idx.snapshot
+
+    @staticmethod
+    def _missing(c: sqlite3.Connection, table: str, user_id: str, vseqs: np.ndarray, dim: int) -> bool:
+        """True if one of these live rows has a searchable vector (rows without one are never indexed)."""
+        ids = vseqs.tolist()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            if c.execute(f"SELECT 1 FROM {table} WHERE user_id=? AND live=1 AND length(vector)=? AND vseq IN "
+                         f"({','.join('?' * len(chunk))}) LIMIT 1", (user_id, 4 * dim, *chunk)).fetchone():
+                return True
+        return False
 
     def _spot_check(self, c: sqlite3.Connection, user_id: str, table: str, idx: VectorIndex) -> None:
         """A file index whose last row disagrees with the database (e.g. a restored backup) is discarded."""

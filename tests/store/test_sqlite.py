@@ -185,6 +185,17 @@ def test_a_damaged_or_foreign_index_file_is_never_trusted(tmp_path):
     assert [h.entry.id for h in fresh.search_semantic("u", q, 5)] == ["only"]
 
 
+def test_index_files_removed_while_a_store_is_open_are_rebuilt_not_trusted(tmp_path):
+    s = SQLiteStore(tmp_path / "m.db")
+    s.commit_distillation("u", "e", _entries([f"s{i}" for i in range(30)]), [])
+    q = [1.0] * 8
+    s.search_semantic("u", q, 3)
+    for p in (tmp_path / "m.db.index").iterdir():
+        p.unlink()                              # e.g. a cache clean-up while the server runs
+    s.commit_distillation("u", "e", _entries(["late"], seed=4), [])
+    assert [h.entry.id for h in s.search_semantic("u", q, 31)] == _exact(s, q, 31)
+
+
 def test_the_index_can_stay_in_memory(tmp_path):
     s = SQLiteStore(tmp_path / "m.db", index_dir=False)
     s.commit_distillation("u", "e", _entries(["a", "b", "c"]), [])
