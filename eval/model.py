@@ -53,8 +53,10 @@ class ProgramModel(dspy.Module):
         from nemori_dspy.modules.pipeline import stage_factory
         from nemori_dspy.optimizers.programs import PIPELINE_PATHS
 
-        make = stage_factory(settings, {})
+        make, runs = stage_factory(settings, {}), _stages_run(settings)
         for stage, path in PIPELINE_PATHS.items():
+            if stage not in runs:
+                continue
             part_name, attr = path.split(".")
             if not hasattr(self, part_name):
                 setattr(self, part_name, _Part())
@@ -64,6 +66,24 @@ class ProgramModel(dspy.Module):
 
     def forward(self, context: str, question: str) -> dspy.Prediction:
         return self.response.answer(context=context, question=question)
+
+
+def _stages_run(settings: NemoriSettings) -> set[str]:
+    """The stages a pipeline built from ``settings`` runs (e.g. no ``direct_distill`` under prediction error,
+    ``summarize`` only under flat management): the predictors its ``program.json`` holds."""
+    from nemori_dspy.modules.pipeline import NemoriPipeline, stage_factory
+    from nemori_dspy.modules.resources import Resources
+    from nemori_dspy.optimizers.programs import PIPELINE_PATHS, pipeline_stage
+
+    fresh = NemoriPipeline(Resources(None, None, settings), stage_factory(settings, {}))  # type: ignore[arg-type]
+    out = set()
+    for stage in PIPELINE_PATHS:
+        try:
+            pipeline_stage(fresh, stage)
+        except ConfigError:
+            continue
+        out.add(stage)
+    return out
 
 
 def apply_program(module: dspy.Module, state: dict[str, Any]) -> dspy.Module:

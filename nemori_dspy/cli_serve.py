@@ -1,5 +1,5 @@
 """CLI for serving and using memory: ``serve http|mcp|token`` and ``add``, ``search``, ``answer``,
-``list``, ``delete``, ``export``, ``import``.
+``list``, ``delete``, ``forget``, ``export``, ``import``.
 
 Kept apart from ``cli.py``: ``cli.build_parser`` calls ``add_parsers(sub)`` and ``cli.main`` calls
 ``dispatch(args)``, which returns None for commands that are not this module's. Settings flow one
@@ -18,7 +18,7 @@ from typing import Any, Iterator, TextIO
 
 __all__ = ["add_parsers", "dispatch", "MEMORY_COMMANDS"]
 
-MEMORY_COMMANDS = ("add", "search", "answer", "list", "delete", "export", "import")
+MEMORY_COMMANDS = ("add", "search", "answer", "list", "delete", "forget", "export", "import")
 _FLAGS = ("model", "api_base", "embedder", "window_size", "store", "weaviate_url")
 
 
@@ -79,6 +79,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     de.add_argument("--user", required=True)
     de.add_argument("id", nargs="?", help="entry id (sem_..., ep_... or a message id)")
     de.add_argument("--all", action="store_true", help="delete everything stored for the user")
+    fo = sub.add_parser("forget", help="forget a fact everywhere: the semantic entry, the raw messages of its "
+                        "source episodes and the episodes holding them (delete removes the entry only)")
+    _common(fo)
+    fo.add_argument("--user", required=True)
+    fo.add_argument("id", help="semantic entry id (sem_...); an episode or message id is deleted as by delete")
     ex = sub.add_parser("export", help="write everything derived from a user as JSON lines to stdout")
     _common(ex)
     ex.add_argument("--user", required=True)
@@ -320,8 +325,19 @@ def _delete(args: argparse.Namespace) -> int:
             memory.delete_user(args.user)
             print(f"deleted user {args.user}")
         else:
-            out = MemoryOps(memory).forget(args.user, args.id)
+            out = MemoryOps(memory).delete(args.user, args.id)
             print(f"deleted {out['deleted']} {args.id}")
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from .tools import MemoryOps
+
+    with ExitStack() as stack:
+        memory = _open(args, stack, llm=False)
+        out = MemoryOps(memory).forget(args.user, args.id)
+        extra = "".join(f", {len(out[k])} {k}" for k in ("episodes", "messages", "requeued") if out.get(k))
+        print(f"forgot {out['deleted']} {args.id}{extra}")
     return 0
 
 
@@ -347,4 +363,4 @@ def _import(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"add": _add, "search": _search, "answer": _answer, "list": _list, "delete": _delete,
-             "export": _export, "import": _import}
+             "forget": _forget, "export": _export, "import": _import}

@@ -142,6 +142,11 @@ class NemoriSettings(BaseSettings):
         "None = the paper's behaviour (the top K_m whatever their similarity)")
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
+    lexical_weight: float = Field(
+        default=0.3, ge=0.0, le=1.0, description="our addition (issue 12): weight w of the lexical match in the "
+        "answer-path search: episodes/facts are ranked by (1-w)·cosine + w·BM25 over a trigram index (works for "
+        "Chinese/Japanese/Korean as for English), each min-max normalised over its candidates (relative score "
+        "fusion; Weaviate hybrid alpha = 1-w); construction searches stay cosine only. 0 = the paper's vector-only search")
     raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
     distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")
     consolidation: bool = Field(default=True, description="False = append insights without P_con (Appendix A.2)")

@@ -348,6 +348,9 @@ def resolve_embedder(settings: "NemoriSettings") -> Embedder:
     * ``"all-MiniLM-L6-v2"`` (or ``sentence-transformers/all-MiniLM-L6-v2``) → a
       :class:`SentenceTransformerEmbedder` on the first local folder (see :func:`find_minilm_dir`),
       else the Hub id ``sentence-transformers/all-MiniLM-L6-v2``.
+    * ``"sentence-transformers/<model>"`` (e.g. ``sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2``,
+      384-d, 50+ languages) → :class:`SentenceTransformerEmbedder` on ``settings.embedder_path`` if set,
+      else the Hub id.
     * ``"hashing"`` / ``"hashing-<dim>"`` → :class:`HashingEmbedder` (tests, offline smoke runs).
     * anything else → :class:`LiteLLMEmbedder` (no network call until the first embed). It reuses
       ``settings.api_base`` / ``api_key`` only when the chat model is not the embedded ``local``
@@ -360,6 +363,8 @@ def resolve_embedder(settings: "NemoriSettings") -> Embedder:
     if name in (MINILM_NAME, MINILM_HUB_ID):
         folder = find_minilm_dir(settings)
         return SentenceTransformerEmbedder(folder if folder is not None else MINILM_HUB_ID)
+    if name.startswith("sentence-transformers/"):  # e.g. the multilingual paraphrase-multilingual-MiniLM-L12-v2
+        return SentenceTransformerEmbedder(settings.embedder_path or name)
     m = re.fullmatch(r"hashing(?:-(\d+))?", name)
     if m:
         return HashingEmbedder(int(m.group(1) or 64))

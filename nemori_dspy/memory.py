@@ -311,9 +311,36 @@ class Memory:
         """All live semantic entries of the user, oldest first ([] for an unknown user)."""
         return self.store.list_semantic(validate_user_id(user_id))
 
-    def delete_semantic(self, user_id: str, entry_id: str) -> None:
-        """Delete one semantic entry. Raises ``UnknownUserError``/``NotFoundError``."""
-        self.store.delete_semantic(self._known(user_id), entry_id)
+    def delete_semantic(self, user_id: str, entry_id: str) -> list[str]:
+        """Delete one semantic entry and return its source episode ids.
+
+        Only the entry goes: those episodes' narratives and raw messages still hold what it said, and
+        an answer context can still show it. To remove that too, use ``forget``.
+
+        Raises:
+            UnknownUserError: nothing was ever added for ``user_id``. NotFoundError: no such entry.
+        """
+        return self.store.delete_semantic(self._known(user_id), entry_id)
+
+    def forget(self, user_id: str, entry_id: str) -> dict[str, list[str]]:
+        """Forget a fact everywhere it is held: the semantic entry, the raw messages of its source
+        episodes, every episode holding one of those messages (live and superseded versions) and the
+        entries distilled only from those episodes (``delete_message`` for each message). Other
+        messages of a removed episode go back to the buffer and are re-formed into episodes by the
+        next processing pass, so nothing the user did not ask to forget is lost. Runs under the
+        user's lock.
+
+        Returns:
+            ``{"semantic": [...], "episodes": [...], "messages": [...], "requeued": [...]}``: ids removed / re-buffered.
+        Raises:
+            UnknownUserError: nothing was ever added for ``user_id``.
+            NotFoundError: no live semantic entry ``entry_id`` for the user.
+        """
+        if not isinstance(entry_id, str) or not entry_id:
+            raise InvalidInputError("entry_id", f"{entry_id!r} is not a semantic entry id",
+                                    "pass an id from search results or list_semantic")
+        with self._lock(self._known(user_id)):
+            return self.store.forget_semantic(user_id, entry_id)
 
     def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
         """Forget one message and what was derived from it only.

@@ -100,22 +100,35 @@ class MemoryOps:
                 "semantic_ids": [h.entry.id for h in res.retrieved.semantic]}
 
     def forget(self, user_id: str, entry_id: str) -> dict[str, Any]:
-        """Delete one entry by id: a semantic entry (``sem_…``), an episode (``ep_…``) or a message id.
+        """Forget one entry by id: a semantic entry (``sem_…``), an episode (``ep_…``) or a message id.
+
+        A semantic entry is forgotten with ``Memory.forget``: the fact, the raw messages of its source
+        episodes and the episodes holding them, so no answer context shows it again.
 
         Returns:
-            ``{"deleted": "semantic"|"episode"|"message", "id": entry_id, ...}`` (a message also
-            lists the derived ``episodes``/``semantic`` removed and the ``requeued`` message ids).
+            ``{"deleted": "semantic"|"episode"|"message", "id": entry_id, ...}`` (a semantic entry also
+            lists the ``semantic``/``episodes``/``messages`` removed and the ``requeued`` message ids; a
+            message the derived ``episodes``/``semantic`` removed and the ``requeued`` ids).
         Raises:
             UnknownUserError: nothing stored for the user. NotFoundError: no such id.
         """
+        return self._remove(user_id, entry_id, self.memory.forget)
+
+    def delete(self, user_id: str, entry_id: str) -> dict[str, Any]:
+        """Like ``forget``, but a semantic entry is deleted alone (``Memory.delete_semantic``; its source
+        episodes, listed as ``source_episodes``, keep what it said)."""
+        return self._remove(user_id, entry_id,
+                            lambda u, i: {"source_episodes": self.memory.delete_semantic(u, i)})
+
+    def _remove(self, user_id: str, entry_id: str, semantic: Any) -> dict[str, Any]:
         mem = self.memory
-        attempts = [("semantic", mem.delete_semantic), ("episode", mem.delete_episode)]
+        attempts = [("semantic", semantic), ("episode", mem.delete_episode)]
         if entry_id.startswith("ep_"):
             attempts.reverse()
         for kind, delete in attempts:
             try:
-                delete(user_id, entry_id)
-                return {"deleted": kind, "id": entry_id}
+                out = delete(user_id, entry_id)
+                return {"deleted": kind, "id": entry_id, **(out or {})}
             except NotFoundError:
                 continue
         try:
@@ -163,7 +176,8 @@ def memory_tools(memory: Memory, user_id: str, flush_on_remember: bool = True) -
 
     def forget(entry_id: str) -> str:
         """Delete one memory entry by its id (a fact 'sem_...', an episode 'ep_...' or a message id),
-        e.g. when the user asks you to forget something. Get ids from search_memory."""
+        e.g. when the user asks you to forget something. A fact is removed together with the
+        conversation it came from. Get ids from search_memory."""
         return _as_text(lambda: ops.forget(user_id, entry_id))
 
     return [dspy.Tool(f) for f in (remember, search_memory, answer_from_memory, forget)]

@@ -289,14 +289,16 @@ class SemanticEntry(BaseModel):
 
 
 class ScoredEpisode(BaseModel):
-    """An episode with its cosine similarity to a query (in [-1, 1])."""
+    """An episode with its score for a query: cosine similarity in [-1, 1], or for a search fused with
+    the lexical match (``lexical_weight`` > 0) the fused score (at most 1)."""
 
     episode: Episode
     score: float
 
 
 class ScoredSemantic(BaseModel):
-    """A semantic entry with its cosine similarity to a query (in [-1, 1])."""
+    """A semantic entry with its score for a query: cosine similarity in [-1, 1], or for a search fused
+    with the lexical match (``lexical_weight`` > 0) the fused score (at most 1)."""
 
     entry: SemanticEntry
     score: float

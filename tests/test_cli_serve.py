@@ -65,6 +65,12 @@ def test_add_search_answer_list_delete(env, tmp_path, capsys):
     sid = sem[0].split()[0]
     assert run(capsys, "delete", "--user", "alice", sid)[1].strip() == f"deleted semantic {sid}"
     assert run(capsys, "delete", "--user", "alice", "d0")[1].strip() == "deleted message d0"
+    left = run(capsys, "list", "--user", "alice", "--kind", "semantic")[1].splitlines()
+    assert left  # a fact of a later episode: forgetting it removes that episode's messages too
+    fid = left[0].split()[0]
+    out = run(capsys, "forget", "--user", "alice", fid)[1].strip()
+    assert out.startswith(f"forgot semantic {fid}, ") and " messages" in out
+    assert fid not in run(capsys, "list", "--user", "alice", "--kind", "semantic")[1]
     assert run(capsys, "delete", "--user", "alice", "--all")[1].strip() == "deleted user alice"
     assert run(capsys, "list")[1] == ""
 

@@ -59,6 +59,17 @@ def test_resolve_hashing():
     assert isinstance(e, HashingEmbedder) and e.dim == 32
 
 
+def test_resolve_a_sentence_transformers_model_such_as_the_multilingual_one(monkeypatch, tmp_path):
+    import nemori_dspy.embedders as emb
+
+    made = []
+    monkeypatch.setattr(emb, "SentenceTransformerEmbedder", lambda path: made.append(path) or "st")
+    name = "sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2"
+    assert resolve_embedder(NemoriSettings(embedder=name, _env_file=None)) == "st"
+    assert resolve_embedder(NemoriSettings(embedder=name, embedder_path=tmp_path, _env_file=None)) == "st"
+    assert made == [name, tmp_path]   # the Hub id, or the local folder when embedder_path is set
+
+
 def test_resolve_missing_embedder_path_errors(tmp_path):
     from nemori_dspy.errors import ConfigError
 

@@ -255,6 +255,35 @@ def test_delete_user_removes_everything_derived(make_memory):
     assert mem.add_messages("erin", exchange(2, prefix="e")).accepted == 2
 
 
+# --------------------------------------------------------------------------- delete vs forget a fact
+def test_delete_semantic_leaves_the_fact_in_its_episodes_and_forget_removes_it(make_memory):
+    mem = make_memory(window_size=4)
+    mem.add_messages("ivy", exchange(4, prefix="a"))     # one window: puppy Rex among the topics
+    mem.flush("ivy")
+    mem.add_messages("ivy", [{"speaker": "Alice", "content": "Unrelated: the weather is fine", "id": "w1",
+                              "timestamp": (T0 + timedelta(days=3)).isoformat()}])
+    mem.flush("ivy")
+    rex = mem.list_semantic("ivy")[0]               # a fact of the first window's episode
+    question = "What is the puppy called?"
+    before = mem.pipeline.response.context("ivy", question).context
+    assert "Rex" in before
+    sources = mem.delete_semantic("ivy", rex.id)
+    assert sources == rex.source_episode_ids and sources
+    assert "Rex" in mem.pipeline.response.context("ivy", question).context   # documented: episodes still hold it
+    other = next(f for f in mem.list_semantic("ivy") if set(f.source_episode_ids) & set(sources))
+    out = mem.forget("ivy", other.id)
+    assert set(sources) <= set(out["episodes"]) and {"a0", "a1", "a2", "a3"} <= set(out["messages"])
+    after = mem.pipeline.response.context("ivy", question).context
+    assert "Rex" not in after and "puppy" not in after
+    assert [m.id for ep in mem.list_episodes("ivy") for m in ep.messages] == ["w1"]
+    with pytest.raises(NotFoundError):
+        mem.forget("ivy", other.id)
+    with pytest.raises(UnknownUserError):
+        mem.forget("nobody", other.id)
+    with pytest.raises(InvalidInputError, match="entry_id"):
+        mem.forget("ivy", "")
+
+
 # --------------------------------------------------------------------------- answer / search
 def test_answer_uses_memory_and_reports_usage(make_memory, lm):
     mem = make_memory(window_size=4)
@@ -497,7 +526,7 @@ def test_v1_sqlite_file_is_migrated_and_readable(tmp_path: Path, lm):
         assert [m.metadata for m in store.pending_messages("old")] == [{}, {"v": 2}]
         mem.flush("old")
         assert sorted(assigned_ids(mem, "old")) == ["n1", "o1"]
-        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
     finally:
         store.close()
     SQLiteStore(path).close()  # reopening a migrated file is a no-op

@@ -109,11 +109,15 @@ def test_tool_operations_answer_and_forget(tmp_path: Path, agent_lm):
     assert hits["episodes"] and hits["semantic"]
     assert json.loads(tools["answer_from_memory"](question="Where do I live?"))["answer"] == "7 May 2023"
     sem_id = hits["semantic"][0]["id"]
-    assert json.loads(tools["forget"](entry_id=sem_id)) == {"deleted": "semantic", "id": sem_id}
+    out = json.loads(tools["forget"](entry_id=sem_id))                  # a fact: its conversation goes too
+    assert out["deleted"] == "semantic" and out["id"] == sem_id and sem_id in out["semantic"]
+    assert out["messages"] == ["x1"] and out["episodes"] == [hits["episodes"][0]["id"]]
     assert "error" in json.loads(tools["forget"](entry_id=sem_id))      # already gone: an error the LM can read
-    out = json.loads(tools["forget"](entry_id="x1"))                    # a message id: derived memory goes too
-    assert out["deleted"] == "message" and out["episodes"]
     assert MemoryOps(memory).search("u1", "Lisbon") == {"episodes": [], "semantic": []}
+    json.loads(tools["remember"](messages=[{"content": "I moved to Porto", "id": "x2"}]))
+    out = json.loads(tools["forget"](entry_id="x2"))                    # a message id: derived memory goes too
+    assert out["deleted"] == "message" and out["episodes"]
+    assert MemoryOps(memory).search("u1", "Porto") == {"episodes": [], "semantic": []}
     err = json.loads(tools["remember"](messages=[{"content": "  "}]))
     assert "messages[0].content" in err["error"]
     store.close()

@@ -30,7 +30,8 @@ class ResponseGeneration(dspy.Module):
 
     def retrieve(self, user_id: str, query: str, top_k: int | None = None, semantic_top_k: int | None = None,
                  only: Collection[str] | None = None, sources: Collection[str] | None = None) -> SearchResult:
-        """Both searches by the query embedding, each ordered by decreasing cosine (§3.4).
+        """Both searches by the query embedding in one store call (§3.4), each ordered by decreasing
+        cosine, or with ``lexical_weight`` > 0 by cosine fused with the lexical match of ``query``.
 
         ``only`` restricts episodes to those ids, ``sources`` semantic entries to those with a source
         episode among them (the ``Memory.search`` metadata filter)."""
@@ -38,11 +39,9 @@ class ResponseGeneration(dspy.Module):
         vec = self.res.embed(query)
         k = s.episodes_top_k if top_k is None else top_k
         m = s.semantic_top_k if semantic_top_k is None else semantic_top_k
-        ep_kw = {} if only is None else {"only": only}
-        sem_kw = {} if sources is None else {"sources": sources}
-        return SearchResult(
-            episodes=self.res.store.search_episodes(user_id, vec, k, **ep_kw) if k else [],
-            semantic=self.res.store.search_semantic(user_id, vec, m, **sem_kw) if m else [])
+        if not k and not m:
+            return SearchResult()
+        return self.res.store.search(user_id, vec, k, m, query=query, only=only, sources=sources)
 
     def context(self, user_id: str, question: str, use_memory: bool = True, include_episodes: bool = True,
                 include_semantic: bool = True, include_raw: bool = True) -> dspy.Prediction:

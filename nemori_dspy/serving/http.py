@@ -329,8 +329,17 @@ def create_app(memory: Memory, processor: BackgroundProcessor, token: str | None
 
     @r.delete("/users/{user_id}/semantic/{entry_id}", tags=["semantic"])
     def delete_semantic(entry_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        memory.delete_semantic(user_id, entry_id)
-        return {"deleted": entry_id}
+        """Delete the entry only; ``source_episodes`` still hold what it said (use ``/forget`` to remove them)."""
+        return {"deleted": entry_id, "source_episodes": memory.delete_semantic(user_id, entry_id)}
+
+    @r.post("/users/{user_id}/semantic/{entry_id}/forget", tags=["semantic"])
+    def forget_semantic(entry_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
+        """Forget a fact everywhere: the entry, its source episodes' raw messages and the episodes holding
+        them; their other messages are re-processed."""
+        out = memory.forget(user_id, entry_id)
+        if out["requeued"]:
+            processor.schedule(user_id)
+        return {"forgotten": entry_id, **out}
 
     @r.delete("/users/{user_id}/messages/{message_id}", tags=["messages"])
     def delete_message(message_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:

@@ -27,11 +27,13 @@ def open_store(settings: "NemoriSettings", path: str | Path | None = None) -> Me
         StoreError: the Weaviate server cannot be reached.
     """
     if settings.store == "sqlite":
-        return SQLiteStore(path if path is not None else settings.db_path, naive_timezone=settings.naive_timezone)
+        return SQLiteStore(path if path is not None else settings.db_path, naive_timezone=settings.naive_timezone,
+                           lexical_weight=settings.lexical_weight)
     if not settings.weaviate_url:
         raise ConfigError("store='weaviate' needs a server URL. Fix: set NEMORI_WEAVIATE_URL "
                           "(e.g. http://localhost:8080), or set NEMORI_STORE=sqlite.")
     prefix = DEFAULT_PREFIX
     if path is not None:
         prefix += "_" + re.sub(r"[^0-9A-Za-z]", "_", Path(path).stem)[:64]
-    return WeaviateStore(settings.weaviate_url, prefix=prefix, naive_timezone=settings.naive_timezone)
+    return WeaviateStore(settings.weaviate_url, prefix=prefix, naive_timezone=settings.naive_timezone,
+                         lexical_weight=settings.lexical_weight)

@@ -7,19 +7,26 @@ Contract (checked by ``tests/store/test_contract.py`` against every backend):
 - ``commit_distillation`` applies an episode's semantic inserts/deletes and marks it
   distilled atomically, so a crash replays the whole step or none of it.
 - Searches return live (not superseded, not deleted) records of one user only, ordered by
-  decreasing cosine similarity, ties broken by id.
+  decreasing cosine similarity, ties broken by id. Given a ``query`` text and a lexical weight
+  w > 0 (``lexical_weight`` setting), they are ordered instead by the fusion of the cosine ranking
+  with a lexical (trigram BM25) ranking of the stored text (``store.lexical``), and ``score`` is that
+  fused value (at most 1). ``search`` runs both searches of the answer path in one call.
 - A message keeps its ``metadata`` (flat JSON object); ``episodes_with_metadata`` finds the
   episodes holding a matching message, and the ``only`` / ``sources`` search arguments restrict
   a search to them.
 - ``delete_message`` removes one message and what was derived from it only, atomically, and
   puts the other messages of its live episode back in the buffer.
+- ``delete_semantic`` removes the entry only and returns its source episode ids: those episodes'
+  narratives and raw messages still say what it said. ``forget_semantic`` removes the entry, every
+  raw message of its source episodes and, as ``delete_message`` does for each, the episodes holding
+  them (live and superseded) and the entries sourced only from those.
 """
 
 from __future__ import annotations
 
 from typing import Any, Collection, Mapping, Protocol, Sequence, runtime_checkable
 
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage
+from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage
 
 __all__ = ["MemoryStore"]
 
@@ -64,9 +71,10 @@ class MemoryStore(Protocol):
         """Live episodes whose semantic distillation has not been committed, oldest first."""
 
     def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
-                        before_window: int | None = None, only: Collection[str] | None = None) -> list[ScoredEpisode]:
+                        before_window: int | None = None, only: Collection[str] | None = None,
+                        query: str | None = None) -> list[ScoredEpisode]:
         """Exact cosine top-k over live episodes (only windows < ``before_window``, and only the
-        ids in ``only``, if given)."""
+        ids in ``only``, if given); with ``query``, ranked by cosine fused with the lexical match."""
 
     # --- semantic memory
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
@@ -79,13 +87,27 @@ class MemoryStore(Protocol):
     def list_semantic(self, user_id: str) -> list[SemanticEntry]:
         """All live semantic entries of a user, oldest first."""
 
-    def delete_semantic(self, user_id: str, entry_id: str) -> None:
-        """Delete one live semantic entry."""
+    def delete_semantic(self, user_id: str, entry_id: str) -> list[str]:
+        """Delete one live semantic entry; return its source episode ids (which still hold the fact).
+        ``NotFoundError`` if absent."""
+
+    def forget_semantic(self, user_id: str, entry_id: str) -> dict[str, list[str]]:
+        """Delete the entry, the raw messages of its source episodes, every episode holding one of them
+        and the entries sourced only from those; re-buffer the removed live episodes' other messages.
+        Returns ``{"semantic", "episodes", "messages", "requeued"}`` id lists; ``NotFoundError`` if absent."""
 
     def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
-                        threshold: float | None = None, sources: Collection[str] | None = None) -> list[ScoredSemantic]:
+                        threshold: float | None = None, sources: Collection[str] | None = None,
+                        query: str | None = None) -> list[ScoredSemantic]:
         """Exact cosine top-k over live entries, keeping only score > ``threshold`` if given, and
-        only entries with a source episode id in ``sources`` if given."""
+        only entries with a source episode id in ``sources`` if given; with ``query``, ranked by
+        cosine fused with the lexical match."""
+
+    def search(self, user_id: str, vector: Sequence[float], top_k: int, semantic_top_k: int,
+               query: str | None = None, only: Collection[str] | None = None,
+               sources: Collection[str] | None = None) -> SearchResult:
+        """Both searches of the answer path (§3.4) in one call, sharing what they can; same results as
+        ``search_episodes(..., only=only, query=query)`` and ``search_semantic(..., sources=sources, query=query)``."""
 
     # --- metadata and deleting one message
     def episodes_with_metadata(self, user_id: str, metadata: Mapping[str, Any]) -> set[str]:

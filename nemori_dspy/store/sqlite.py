@@ -2,21 +2,33 @@
 
 Measured on this machine (issue 2): numpy exact top-10 over 50k×384 vectors ≈ 7 ms, faster than
 sqlite-vec, LanceDB or Qdrant local mode, and exact. Vectors are float32 BLOBs, L2-normalised on
-write, cached per user in memory and reloaded when that user's ``generation`` counter changes
-(so another process's writes are seen).
+write. The search index (``vector_index.VectorIndex``) is a per-user float32 matrix in append-only,
+memory-mapped files beside the database (``<db>.index/``), updated incrementally when that user's
+``generation`` counter changes (so another process's writes are seen) by reading only the rows
+written since; opening a store reads no vector blob (benchmarks/store_search.py).
+
+Lexical retrieval (issue 12): episodes (cue, narrative and raw messages) and semantic entries are
+also in an FTS5 table with the ``trigram`` tokenizer (works for CJK without word segmentation);
+with a query text and ``lexical_weight`` > 0 its BM25 ranking is fused with the cosine ranking
+(``lexical.weighted_fusion``) and the fused value is the result's score. Queries of 1–2 CJK characters, which a trigram index cannot
+match, fall back to a substring match (``instr``) scored by the number of terms found.
 
 Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for older rows);
-3 adds ``semantic.event_start``/``event_end`` (NULL for older rows). An older file is migrated in place when
-opened (``ALTER TABLE`` in one write transaction), so old files stay readable; a newer file is refused.
+3 adds ``semantic.event_start``/``event_end`` (NULL for older rows); 4 adds ``vseq`` (row-version number
+of the search index) to episodes and semantic entries and the FTS5 table ``lexical``, built for the
+existing live rows. An older file is migrated in place when opened (in one write transaction), so old
+files stay readable; a newer file is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -25,14 +37,20 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
-from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, instant,
-                     metadata_matches)
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage,
+                     instant, metadata_matches)
+from .lexical import (CANDIDATES_PER_K, DEFAULT_LEXICAL_WEIGHT, MIN_CANDIDATES, LexicalQuery, lexical_query,
+                      lexical_text, weighted_fusion)
+from .vector_index import IndexSnapshot, VectorIndex, cosines
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "message_key"]
 
+log = logging.getLogger(__name__)
+
 #: 1: first release; 2: ``messages.metadata``; 3: semantic entries carry their event span
-#: (``event_start``/``event_end``, NULL for entries written before). Older files are migrated in place.
-SCHEMA_VERSION = 3
+#: (``event_start``/``event_end``, NULL for entries written before); 4: ``vseq`` row versions and the
+#: FTS5 ``lexical`` table. Older files are migrated in place.
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,18 +63,28 @@ CREATE INDEX IF NOT EXISTS messages_pending ON messages (user_id, processed, seq
 CREATE TABLE IF NOT EXISTS episodes (user_id TEXT NOT NULL, id TEXT NOT NULL, cue TEXT NOT NULL,
     narrative TEXT NOT NULL, message_ids TEXT NOT NULL, start_ts TEXT NOT NULL, end_ts TEXT NOT NULL,
     vector BLOB NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL, window INTEGER NOT NULL,
-    distilled INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (user_id, id));
+    distilled INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1, vseq INTEGER, PRIMARY KEY (user_id, id));
 CREATE INDEX IF NOT EXISTS episodes_live ON episodes (user_id, live);
 CREATE TABLE IF NOT EXISTS semantic (user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
     vector BLOB NOT NULL, sources TEXT NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL,
-    live INTEGER NOT NULL DEFAULT 1, event_start TEXT, event_end TEXT, PRIMARY KEY (user_id, id));
+    live INTEGER NOT NULL DEFAULT 1, event_start TEXT, event_end TEXT, vseq INTEGER, PRIMARY KEY (user_id, id));
 CREATE INDEX IF NOT EXISTS semantic_live ON semantic (user_id, live);
 """
 
 
 #: columns added after version 1: (table, column, SQL type); added by ``_migrate`` when missing.
 _ADDED_COLUMNS = (("messages", "metadata", "TEXT NOT NULL DEFAULT '{}'"), ("semantic", "event_start", "TEXT"),
-                  ("semantic", "event_end", "TEXT"))
+                  ("semantic", "event_end", "TEXT"), ("episodes", "vseq", "INTEGER"), ("semantic", "vseq", "INTEGER"))
+
+#: made after the columns exist (so an older file can be migrated first).
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS episodes_vseq ON episodes (user_id, live, vseq);
+CREATE INDEX IF NOT EXISTS semantic_vseq ON semantic (user_id, live, vseq);
+"""
+_FTS = ("CREATE VIRTUAL TABLE IF NOT EXISTS lexical USING fts5(body, user_id UNINDEXED, kind UNINDEXED, "
+        "tokenize='trigram')")
+#: record kind → table (the FTS ``kind`` column holds the table name).
+_TABLES = ("episodes", "semantic")
 
 
 def _iso(ts: datetime | None) -> str | None:
@@ -87,13 +115,6 @@ def _unit(vector: Sequence[float]) -> np.ndarray:
     return v / n if n > 0 and abs(n - 1.0) > 1e-6 else v
 
 
-class _UserIndex:
-    """Normalised vectors of one user's live records of one kind, with their ids and windows."""
-
-    def __init__(self, generation: int, ids: list[str], matrix: np.ndarray, windows: np.ndarray) -> None:
-        self.generation, self.ids, self.matrix, self.windows = generation, ids, matrix, windows
-
-
 class SQLiteStore:
     """``MemoryStore`` on one SQLite file. Thread-safe: one connection per thread, WAL, busy timeout.
 
@@ -102,22 +123,38 @@ class SQLiteStore:
         busy_timeout_ms: how long a writer waits for a lock before ``StoreError`` (default 30 s).
         naive_timezone: zone naive timestamps are read in when episodes are ordered by time (the
             ``naive_timezone`` setting; ``open_store`` passes it).
+        lexical_weight: w of the lexical/vector fusion for searches given a ``query`` text (0 = cosine
+            only; the ``lexical_weight`` setting, which ``open_store`` passes).
+        index_dir: folder of the memory-mapped search index files (default ``<path>.index``);
+            ``False`` keeps the index in memory only.
     An existing file of an older schema version is migrated in place on opening (see ``SCHEMA_VERSION``).
 
     Raises:
         StoreError: the file exists with a newer schema version.
     """
 
-    def __init__(self, path: str | Path, busy_timeout_ms: int = 30_000, *, naive_timezone: str = "UTC") -> None:
+    def __init__(self, path: str | Path, busy_timeout_ms: int = 30_000, *, naive_timezone: str = "UTC",
+                 lexical_weight: float = DEFAULT_LEXICAL_WEIGHT, index_dir: str | Path | bool | None = None) -> None:
         self.path = Path(path)
         self.naive_timezone = naive_timezone
+        if not 0.0 <= float(lexical_weight) <= 1.0:
+            raise StoreError(f"lexical_weight={lexical_weight!r} is outside [0, 1]. Fix: pass 0 (cosine only) to 1.")
+        self.lexical_weight = float(lexical_weight)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._busy = busy_timeout_ms
         self._local = threading.local()
-        self._cache: dict[tuple[str, str], _UserIndex] = {}
+        self._indexes: dict[tuple[str, str], VectorIndex] = {}
         self._cache_lock = threading.Lock()
         self._conn().executescript(_SCHEMA)
+        self._fts = True
         self._migrate()
+        self._db_id = self._meta("db_id")
+        self._index_dir = (None if index_dir is False else
+                           Path(index_dir) if index_dir not in (None, True) else Path(str(self.path) + ".index"))
+
+    def _meta(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
 
     def _migrate(self) -> None:
         """Bring an older file up to ``SCHEMA_VERSION`` (in one write transaction); refuse a newer one."""
@@ -126,13 +163,87 @@ class SQLiteStore:
             raise StoreError(f"{self.path} has schema version {row[0]}, newer than this nemori-dspy "
                              f"({SCHEMA_VERSION}). Fix: upgrade nemori-dspy or use a new db_path.")
         if row is not None and int(row[0]) == SCHEMA_VERSION:
+            self._fts = self._has_fts()
             return
         with self._tx() as c:  # add what is missing (another process may have migrated meanwhile)
             for table, column, kind in _ADDED_COLUMNS:
                 have = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
                 if column not in have:
                     c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            for statement in filter(str.strip, _INDEXES.split(";")):
+                c.execute(statement)
+            c.execute("INSERT OR IGNORE INTO meta VALUES ('db_id', ?)", (uuid.uuid4().hex,))
+            self._number_rows(c)
+            self._build_fts(c)
             c.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _has_fts(self) -> bool:
+        return self._conn().execute("SELECT 1 FROM sqlite_master WHERE name='lexical'").fetchone() is not None
+
+    @staticmethod
+    def _number_rows(c: sqlite3.Connection) -> None:
+        """Give rows of an older file their ``vseq`` (in rowid order) and record the next free one."""
+        top = 0
+        for table in _TABLES:
+            c.execute(f"UPDATE {table} SET vseq = rowid + ? WHERE vseq IS NULL", (top,))
+            top = max(top, c.execute(f"SELECT COALESCE(MAX(vseq), 0) FROM {table}").fetchone()[0])
+        have = c.execute("SELECT value FROM meta WHERE key='next_vseq'").fetchone()
+        nxt = max(top + 1, int(have[0]) if have else 1)
+        c.execute("INSERT OR REPLACE INTO meta VALUES ('next_vseq', ?)", (str(nxt),))
+
+    def _build_fts(self, c: sqlite3.Connection) -> None:
+        """Create the trigram FTS5 table and index every live row not in it yet (an older file's rows)."""
+        try:
+            c.execute(_FTS)
+        except sqlite3.OperationalError as exc:  # SQLite < 3.34 has no trigram tokenizer
+            log.warning("SQLite %s has no FTS5 trigram tokenizer (%s): search stays cosine only. Fix: use a "
+                        "Python built with SQLite >= 3.34.", sqlite3.sqlite_version, exc)
+            self._fts = False
+            return
+        self._fts = True
+        for user_id, vseq, cue, nar, mids in c.execute(
+                "SELECT user_id, vseq, cue, narrative, message_ids FROM episodes WHERE live=1 AND vseq NOT IN "
+                "(SELECT rowid FROM lexical)").fetchall():
+            self._lex_put(c, user_id, "episodes", vseq, self._episode_text(c, user_id, cue, nar, json.loads(mids)))
+        c.execute("INSERT INTO lexical (rowid, body, user_id, kind) SELECT vseq, text, user_id, 'semantic' "
+                  "FROM semantic WHERE live=1 AND vseq NOT IN (SELECT rowid FROM lexical)")
+
+    # ------------------------------------------------------------------ row versions and the lexical table
+    @staticmethod
+    def _take_vseqs(c: sqlite3.Connection, n: int) -> int:
+        """Reserve ``n`` row-version numbers (inside the write transaction); returns the first."""
+        first = int(c.execute("SELECT value FROM meta WHERE key='next_vseq'").fetchone()[0])
+        c.execute("UPDATE meta SET value=? WHERE key='next_vseq'", (str(first + n),))
+        return first
+
+    @staticmethod
+    def _episode_text(c: sqlite3.Connection, user_id: str, cue: str, narrative: str, mids: Sequence[str]) -> str:
+        contents = []
+        for i in range(0, len(mids), 500):
+            chunk = list(mids[i:i + 500])
+            contents += [r[0] for r in c.execute(
+                f"SELECT content FROM messages WHERE user_id=? AND id IN ({','.join('?' * len(chunk))}) ORDER BY seq",
+                (user_id, *chunk))]
+        return lexical_text(cue, narrative, *contents)
+
+    def _lex_put(self, c: sqlite3.Connection, user_id: str, table: str, vseq: int, body: str) -> None:
+        if self._fts:
+            c.execute("INSERT OR REPLACE INTO lexical (rowid, body, user_id, kind) VALUES (?,?,?,?)",
+                      (vseq, body, user_id, table))
+
+    def _retire(self, c: sqlite3.Connection, table: str, user_id: str, ids: Sequence[str], delete: bool) -> int:
+        """Supersede (``live=0``) or delete the user's live rows ``ids`` of ``table`` and drop them from
+        the lexical table; returns how many rows changed."""
+        changed = 0
+        for i in range(0, len(ids), 500):
+            chunk = list(ids[i:i + 500])
+            where = f"user_id=? AND id IN ({','.join('?' * len(chunk))})"
+            if self._fts:
+                c.execute(f"DELETE FROM lexical WHERE rowid IN (SELECT vseq FROM {table} WHERE {where})",
+                          (user_id, *chunk))
+            sql = f"DELETE FROM {table} WHERE {where}" if delete else f"UPDATE {table} SET live=0 WHERE {where} AND live=1"
+            changed += c.execute(sql, (user_id, *chunk)).rowcount
+        return changed
 
     # ------------------------------------------------------------------ plumbing
     def _conn(self) -> sqlite3.Connection:
@@ -294,17 +405,23 @@ class SQLiteStore:
                 raise StoreError(f"window {window} of user {user_id!r} is stale (next is {expected}); "
                                  "Fix: re-read pending messages and recompute the window.")
             self._settle_dim(c, [ep.vector for ep in episodes if ep.vector])
-            for eid in superseded:
-                c.execute("UPDATE episodes SET live=0 WHERE user_id=? AND id=?", (user_id, eid))
+            self._retire(c, "episodes", user_id, list(superseded), delete=False)
+            self._retire(c, "episodes", user_id, [ep.id for ep in episodes], delete=True)  # replaced ids
             for ep in episodes:
-                c.execute(
-                    f"INSERT OR REPLACE INTO episodes ({self._EP_COLS}, user_id, live) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1)",
-                    (ep.id, ep.cue, ep.narrative, json.dumps(ep.message_ids), ep.start.isoformat(),
-                     ep.end.isoformat(), _unit(ep.vector).tobytes(), json.dumps(ep.supersedes),
-                     ep.created_at.isoformat(), ep.window, int(ep.distilled), user_id))
                 for mid in ep.message_ids:
                     c.execute("UPDATE messages SET episode_id=?, processed=1 WHERE user_id=? AND id=?",
                               (ep.id, user_id, mid))
+            unique = list({ep.id: ep for ep in episodes}.values())  # a repeated id: the last one wins
+            first = self._take_vseqs(c, len(unique))
+            for n, ep in enumerate(unique):
+                c.execute(
+                    f"INSERT OR REPLACE INTO episodes ({self._EP_COLS}, user_id, live, vseq) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,?)",
+                    (ep.id, ep.cue, ep.narrative, json.dumps(ep.message_ids), ep.start.isoformat(),
+                     ep.end.isoformat(), _unit(ep.vector).tobytes(), json.dumps(ep.supersedes),
+                     ep.created_at.isoformat(), ep.window, int(ep.distilled), user_id, first + n))
+                self._lex_put(c, user_id, "episodes", first + n,
+                              self._episode_text(c, user_id, ep.cue, ep.narrative, ep.message_ids))
             c.execute("UPDATE users SET next_window=? WHERE user_id=?", (window + 1, user_id))
             self._bump(c, user_id)
 
@@ -327,9 +444,10 @@ class SQLiteStore:
     def delete_episode(self, user_id: str, episode_id: str) -> None:
         """Delete one live episode (its messages stay processed). Raises ``NotFoundError``."""
         with self._tx() as c:
-            cur = c.execute("DELETE FROM episodes WHERE user_id=? AND id=? AND live=1", (user_id, episode_id))
-            if not cur.rowcount:
+            live = c.execute("SELECT 1 FROM episodes WHERE user_id=? AND id=? AND live=1", (user_id, episode_id))
+            if live.fetchone() is None:
                 raise NotFoundError(f"no live episode {episode_id!r} for user {user_id!r}.")
+            self._retire(c, "episodes", user_id, [episode_id], delete=True)
             c.execute("UPDATE messages SET episode_id=NULL WHERE user_id=? AND episode_id=?", (user_id, episode_id))
             self._bump(c, user_id)
 
@@ -345,69 +463,251 @@ class SQLiteStore:
         row = self._conn().execute("SELECT generation FROM users WHERE user_id=?", (user_id,)).fetchone()
         return row[0] if row else -1
 
-    def _index(self, user_id: str, kind: str) -> _UserIndex:
-        gen = self._generation(user_id)
+    def _vector_index(self, user_id: str, table: str) -> VectorIndex:
         with self._cache_lock:
-            idx = self._cache.get((user_id, kind))
-            if idx is not None and idx.generation == gen:
-                return idx
-        if kind == "episodes":
-            rows = self._conn().execute("SELECT id, vector, window FROM episodes WHERE user_id=? AND live=1 "
-                                        "ORDER BY id", (user_id,)).fetchall()
-        else:
-            rows = self._conn().execute("SELECT id, vector, 0 FROM semantic WHERE user_id=? AND live=1 "
-                                        "ORDER BY id", (user_id,)).fetchall()
-        ids = [r[0] for r in rows]
-        matrix = (np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows]) if rows
-                  else np.zeros((0, 0), dtype=np.float32))
-        idx = _UserIndex(gen, ids, matrix, np.asarray([r[2] for r in rows], dtype=np.int64))
-        with self._cache_lock:
-            self._cache[(user_id, kind)] = idx
-        return idx
+            idx = self._indexes.get((user_id, table))
+            if idx is None:
+                dim = self._dim(user_id, table)
+                if not dim:  # nothing stored yet: an empty, uncached index
+                    return VectorIndex(None, 0)
+                stem = None
+                if self._index_dir is not None and dim:
+                    digest = hashlib.sha256(user_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+                    stem = self._index_dir / f"{self._db_id}-{digest}-{table}-{dim}"
+                    try:
+                        self._index_dir.mkdir(parents=True, exist_ok=True)
+                    except OSError as exc:
+                        log.warning("cannot create %s (%s); the search index stays in memory", self._index_dir, exc)
+                        stem = None
+                idx = self._indexes[(user_id, table)] = VectorIndex(stem, dim)
+            return idx
+
+    def _dim(self, user_id: str, table: str) -> int:
+        """Vector size: the recorded embedder dimension, else that of a stored row (0 = none yet)."""
+        known = _known_dim(self._meta("dim"))
+        if known:
+            return known
+        row = self._conn().execute(f"SELECT length(vector) FROM {table} WHERE user_id=? AND live=1 AND "
+                                   "length(vector) > 0 LIMIT 1", (user_id,)).fetchone()
+        return int(row[0]) // 4 if row else 0
+
+    def _snapshots(self, user_id: str, tables: Sequence[str]) -> dict[str, IndexSnapshot]:
+        """Up-to-date index snapshots of ``tables``, read in one SQLite read transaction (one generation)."""
+        c = self._conn()
+        c.execute("BEGIN")
+        try:
+            gen = self._generation(user_id)
+            return {t: self._sync(c, user_id, t, gen) for t in tables}
+        finally:
+            c.execute("COMMIT")
+
+    def _sync(self, c: sqlite3.Connection, user_id: str, table: str, gen: int) -> IndexSnapshot:
+        """Bring one index up to ``gen``: map its files once, append rows newer than its last vseq,
+        and re-read the live vseq list only when the live count disagrees (rows were retired)."""
+        idx = self._vector_index(user_id, table)
+        with idx.lock:
+            if idx.snapshot.generation == gen:
+                return idx.snapshot
+            if not idx.loaded:
+                idx.load()
+                self._spot_check(c, user_id, table, idx)
+            rows = c.execute(f"SELECT vseq, {'window' if table == 'episodes' else '0'}, vector FROM {table} "
+                             "WHERE user_id=? AND live=1 AND vseq>? ORDER BY vseq",
+                             (user_id, idx.snapshot.top)).fetchall()
+            if rows and idx.dim:
+                idx.append([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+            live = c.execute(f"SELECT COUNT(*) FROM {table} WHERE user_id=? AND live=1", (user_id,)).fetchone()[0]
+            if live != int(idx.snapshot.alive.sum()):
+                vseqs = np.fromiter((r[0] for r in c.execute(
+                    f"SELECT vseq FROM {table} WHERE user_id=? AND live=1", (user_id,))), dtype=np.int64)
+                idx.set_alive(vseqs)
+                if self._missing(c, table, user_id, np.setdiff1d(vseqs, idx.snapshot.vseqs), idx.dim):
+                    # live rows the index lacks (its files were removed meanwhile): rebuild it
+                    log.warning("search index %s lacks rows; rebuilding it from %s", idx.stem, self.path)
+                    idx.discard()
+                    rows = c.execute(f"SELECT vseq, {'window' if table == 'episodes' else '0'}, vector FROM "
+                                     f"{table} WHERE user_id=? AND live=1 ORDER BY vseq", (user_id,)).fetchall()
+                    idx.append([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+            idx.mark(gen)
+            return idx.snapshot
 
     @staticmethod
-    def _top(idx: _UserIndex, vector: Sequence[float], top_k: int, mask: np.ndarray | None,
-             threshold: float | None) -> list[tuple[str, float]]:
-        if top_k <= 0 or not idx.ids:
+    def _missing(c: sqlite3.Connection, table: str, user_id: str, vseqs: np.ndarray, dim: int) -> bool:
+        """True if one of these live rows has a searchable vector (rows without one are never indexed)."""
+        ids = vseqs.tolist()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            if c.execute(f"SELECT 1 FROM {table} WHERE user_id=? AND live=1 AND length(vector)=? AND vseq IN "
+                         f"({','.join('?' * len(chunk))}) LIMIT 1", (user_id, 4 * dim, *chunk)).fetchone():
+                return True
+        return False
+
+    def _spot_check(self, c: sqlite3.Connection, user_id: str, table: str, idx: VectorIndex) -> None:
+        """A file index whose last row disagrees with the database (e.g. a restored backup) is discarded."""
+        s = idx.snapshot
+        if not s.n:
+            return
+        row = c.execute(f"SELECT vector FROM {table} WHERE user_id=? AND vseq=?", (user_id, s.top)).fetchone()
+        if row is not None and not np.array_equal(np.frombuffer(row[0], dtype=np.float32), np.asarray(s.matrix[-1])):
+            log.warning("search index %s does not match %s; rebuilding it", idx.stem, self.path)
+            idx.discard()
+
+    def _vseqs_of(self, table: str, user_id: str, ids: Collection[str]) -> np.ndarray:
+        c, out = self._conn(), []
+        ids = list(ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            out += [r[0] for r in c.execute(f"SELECT vseq FROM {table} WHERE user_id=? AND live=1 AND id IN "
+                                            f"({','.join('?' * len(chunk))})", (user_id, *chunk))]
+        return np.asarray(out, dtype=np.int64)
+
+    def _lexical(self, user_id: str, table: str, q: LexicalQuery, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(vseqs, scores) of the lexical candidates, best first: BM25 (negated, higher = better) over the
+        trigram terms, else for 1–2 character CJK queries the number of terms found as substrings."""
+        c = self._conn()
+        match = q.fts_match()
+        if match:
+            rows = c.execute("SELECT rowid, -bm25(lexical) FROM lexical WHERE lexical MATCH ? AND user_id=? AND "
+                             "kind=? ORDER BY bm25(lexical) LIMIT ?", (match, user_id, table, limit)).fetchall()
+        else:
+            # instr, not LIKE: SQLite 3.40's trigram table answers a LIKE shorter than 3 characters with no rows
+            anywhere = " OR ".join("instr(body, ?) > 0" for _ in q.short)
+            found = c.execute(f"SELECT rowid, body FROM lexical WHERE user_id=? AND kind=? AND ({anywhere})",
+                              (user_id, table, *q.short)).fetchall()
+            rows = sorted(((r, float(sum(t in body for t in q.short))) for r, body in found),
+                          key=lambda t: -t[1])[:limit]
+        return (np.asarray([r[0] for r in rows], dtype=np.int64), np.asarray([r[1] for r in rows], dtype=np.float64))
+
+    def _rank(self, user_id: str, table: str, snap: IndexSnapshot, unit: np.ndarray, top_k: int,
+              keep: np.ndarray, threshold: float | None, query: str | None) -> list[tuple[int, float]]:
+        """(vseq, score) of the top-k kept records: by cosine, or with a query text and lexical_weight > 0
+        by the fused score (``lexical.weighted_fusion``), which is then the score; ties by id."""
+        if top_k <= 0 or not snap.n or snap.matrix.shape[1] != unit.size:
             return []
-        scores = idx.matrix @ _unit(vector)
-        keep = np.ones(len(idx.ids), dtype=bool) if mask is None else mask
+        cos = cosines(snap.matrix, unit)
         if threshold is not None:
-            keep &= scores > threshold
+            keep = keep & (cos > threshold)
         cand = np.flatnonzero(keep)
         if cand.size == 0:
             return []
+        order_by = cos.astype(np.float64)
+        q = lexical_query(query) if query and self.lexical_weight > 0 and self._fts else None
+        if q:
+            width = max(CANDIDATES_PER_K * top_k, MIN_CANDIDATES)
+            vec_pos = cand if cand.size <= width else cand[np.argpartition(-cos[cand], width - 1)[:width]]
+            lex_v, lex_s = self._lexical(user_id, table, q, width * (1 if keep.all() else 4))
+            lex_pos = snap.positions(lex_v)
+            ok = keep[lex_pos] if lex_pos.size else np.zeros(0, dtype=bool)
+            lex_s = lex_s[np.isin(lex_v, snap.vseqs)][ok][:width]
+            lex_pos = lex_pos[ok][:width]
+            order_by = weighted_fusion(cos, (lex_pos, lex_s), self.lexical_weight)
+            cand = np.union1d(vec_pos, lex_pos)
+            return self._top_with_ties(table, user_id, snap, cand, order_by, order_by, top_k)
+        return self._top_with_ties(table, user_id, snap, cand, order_by, cos, top_k)
+
+    def _top_with_ties(self, table: str, user_id: str, snap: IndexSnapshot, cand: np.ndarray,
+                       order_by: np.ndarray, score: np.ndarray, top_k: int) -> list[tuple[int, float]]:
         if cand.size > top_k:
-            part = np.argpartition(-scores[cand], top_k - 1)[:top_k]
-            cand = cand[part]
-        order = sorted(cand.tolist(), key=lambda i: (-float(scores[i]), idx.ids[i]))
-        return [(idx.ids[i], float(scores[i])) for i in order]
+            kth = np.partition(-order_by[cand], top_k - 1)[top_k - 1]
+            cand = cand[-order_by[cand] <= kth]  # the k best and everything tied with the k-th
+        vseqs = snap.vseqs[cand]
+        names = dict(self._conn().execute(
+            f"SELECT vseq, id FROM {table} WHERE user_id=? AND live=1 AND vseq IN ({','.join('?' * len(vseqs))})",
+            (user_id, *vseqs.tolist())).fetchall())
+        ranked = sorted((i for i in cand.tolist() if int(snap.vseqs[i]) in names),
+                        key=lambda i: (-float(order_by[i]), names[int(snap.vseqs[i])]))
+        return [(int(snap.vseqs[i]), float(score[i])) for i in ranked[:top_k]]
 
-    def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
-                        before_window: int | None = None, only: Collection[str] | None = None) -> list[ScoredEpisode]:
-        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
-        ids in ``only``, if given)."""
-        idx = self._index(user_id, "episodes")
-        mask = None if before_window is None else (idx.windows < before_window)
+    def _episode_mask(self, user_id: str, snap: IndexSnapshot, before_window: int | None,
+                      only: Collection[str] | None) -> np.ndarray:
+        keep = snap.alive.copy()
+        if before_window is not None:
+            keep &= snap.windows < before_window
         if only is not None:
-            allowed = set(only)
-            keep = np.fromiter((i in allowed for i in idx.ids), dtype=bool, count=len(idx.ids))
-            mask = keep if mask is None else (mask & keep)
-        hits = self._top(idx, vector, top_k, mask, None)
-        return [ScoredEpisode(episode=self.get_episode(user_id, i), score=s) for i, s in hits]
+            allowed = np.zeros(snap.n, dtype=bool)
+            allowed[snap.positions(self._vseqs_of("episodes", user_id, only))] = True
+            keep &= allowed
+        return keep
 
-    def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
-                        threshold: float | None = None, sources: Collection[str] | None = None) -> list[ScoredSemantic]:
-        """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1); with
-        ``sources``, only entries with at least one source episode id in it."""
-        idx, mask = self._index(user_id, "semantic"), None
+    def _semantic_mask(self, user_id: str, snap: IndexSnapshot, sources: Collection[str] | None) -> np.ndarray:
+        keep = snap.alive.copy()
         if sources is not None:
             wanted = set(sources)
-            rows = self._conn().execute("SELECT id, sources FROM semantic WHERE user_id=? AND live=1", (user_id,))
-            ok = {sid for sid, src in rows if wanted.intersection(json.loads(src))}
-            mask = np.fromiter((i in ok for i in idx.ids), dtype=bool, count=len(idx.ids))
-        hits = self._top(idx, vector, top_k, mask, threshold)
-        return [ScoredSemantic(entry=self.get_semantic(user_id, i), score=s) for i, s in hits]
+            rows = self._conn().execute("SELECT vseq, sources FROM semantic WHERE user_id=? AND live=1", (user_id,))
+            ok = [v for v, src in rows if wanted.intersection(json.loads(src))]
+            allowed = np.zeros(snap.n, dtype=bool)
+            allowed[snap.positions(ok)] = True
+            keep &= allowed
+        return keep
+
+    def _episodes_by_vseq(self, user_id: str, hits: list[tuple[int, float]]) -> list[ScoredEpisode]:
+        if not hits:
+            return []
+        rows = {r[-1]: r[:-1] for r in self._conn().execute(
+            f"SELECT {self._EP_COLS}, vseq FROM episodes WHERE user_id=? AND live=1 AND vseq IN ({','.join('?' * len(hits))})",
+            (user_id, *[v for v, _ in hits]))}
+        eps = {v: self._episode(user_id, rows[v], with_messages=False) for v, _ in hits if v in rows}
+        msgs = {m.id: m for m in self.get_messages(user_id, [i for e in eps.values() for i in e.message_ids])}
+        return [ScoredEpisode(episode=eps[v].model_copy(update={"messages": [msgs[i] for i in eps[v].message_ids
+                                                                              if i in msgs]}), score=s)
+                for v, s in hits if v in eps]
+
+    def _entries_by_vseq(self, user_id: str, hits: list[tuple[int, float]]) -> list[ScoredSemantic]:
+        if not hits:
+            return []
+        rows = {r[-1]: r[:-1] for r in self._conn().execute(
+            f"SELECT {self._SEM_COLS}, vseq FROM semantic WHERE user_id=? AND live=1 AND vseq IN ({','.join('?' * len(hits))})",
+            (user_id, *[v for v, _ in hits]))}
+        return [ScoredSemantic(entry=self._entry(user_id, rows[v]), score=s) for v, s in hits if v in rows]
+
+    def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
+                        before_window: int | None = None, only: Collection[str] | None = None,
+                        query: str | None = None) -> list[ScoredEpisode]:
+        """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
+        ids in ``only``, if given); with ``query`` text and ``lexical_weight`` > 0, ranked by the fusion of
+        cosine and lexical match, whose value is then the ``score``."""
+        if top_k <= 0 or (only is not None and not only):
+            return []
+        snap = self._snapshots(user_id, ["episodes"])["episodes"]
+        keep = self._episode_mask(user_id, snap, before_window, only)
+        return self._episodes_by_vseq(user_id, self._rank(user_id, "episodes", snap, _unit(vector), top_k, keep,
+                                                          None, query))
+
+    def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
+                        threshold: float | None = None, sources: Collection[str] | None = None,
+                        query: str | None = None) -> list[ScoredSemantic]:
+        """Exact cosine top-k live semantic entries, cosine > ``threshold`` if given (τ, §3.3.1); with
+        ``sources``, only entries with at least one source episode id in it; with ``query`` text and
+        ``lexical_weight`` > 0, ranked by the fused score (then the ``score``; the threshold stays on cosine)."""
+        if top_k <= 0:
+            return []
+        snap = self._snapshots(user_id, ["semantic"])["semantic"]
+        keep = self._semantic_mask(user_id, snap, sources)
+        return self._entries_by_vseq(user_id, self._rank(user_id, "semantic", snap, _unit(vector), top_k, keep,
+                                                         threshold, query))
+
+    def search(self, user_id: str, vector: Sequence[float], top_k: int, semantic_top_k: int,
+               query: str | None = None, only: Collection[str] | None = None,
+               sources: Collection[str] | None = None) -> SearchResult:
+        """Both searches of the answer path (§3.4) in one pass: one read transaction brings both indexes
+        up to date, the query vector is normalised once, records are fetched in one query per kind.
+        Same results as ``search_episodes(..., only=only, query=query)`` and
+        ``search_semantic(..., sources=sources, query=query)``."""
+        tables = [t for t, k in (("episodes", top_k), ("semantic", semantic_top_k)) if k > 0]
+        if not tables or (only is not None and not only and sources is not None and not sources):
+            return SearchResult()
+        snaps, unit = self._snapshots(user_id, tables), _unit(vector)
+        episodes: list[ScoredEpisode] = []
+        semantic: list[ScoredSemantic] = []
+        if "episodes" in snaps and not (only is not None and not only):
+            keep = self._episode_mask(user_id, snaps["episodes"], None, only)
+            episodes = self._episodes_by_vseq(user_id, self._rank(user_id, "episodes", snaps["episodes"], unit, top_k,
+                                                                  keep, None, query))
+        if "semantic" in snaps:
+            keep = self._semantic_mask(user_id, snaps["semantic"], sources)
+            semantic = self._entries_by_vseq(user_id, self._rank(user_id, "semantic", snaps["semantic"], unit,
+                                                                 semantic_top_k, keep, None, query))
+        return SearchResult(episodes=episodes, semantic=semantic)
 
     # ------------------------------------------------------------------ semantic
     _SEM_COLS = "id, text, vector, sources, supersedes, created_at, event_start, event_end"
@@ -425,14 +725,17 @@ class SQLiteStore:
         with self._tx() as c:
             self._ensure_user(c, user_id)
             self._settle_dim(c, [e.vector for e in inserts if e.vector])
-            for sid in deletes:
-                c.execute("UPDATE semantic SET live=0 WHERE user_id=? AND id=?", (user_id, sid))
-            for e in inserts:
-                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live) "
-                          "VALUES (?,?,?,?,?,?,?,?,?,1)",
+            self._retire(c, "semantic", user_id, list(deletes), delete=False)
+            self._retire(c, "semantic", user_id, [e.id for e in inserts], delete=True)  # replaced ids
+            unique = list({e.id: e for e in inserts}.values())  # a repeated id: the last one wins
+            first = self._take_vseqs(c, len(unique))
+            for n, e in enumerate(unique):
+                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live, vseq) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,1,?)",
                           (e.id, e.text, _unit(e.vector).tobytes(), json.dumps(e.source_episode_ids),
                            json.dumps(e.supersedes), e.created_at.isoformat(), _iso(e.event_start),
-                           _iso(e.event_end), user_id))
+                           _iso(e.event_end), user_id, first + n))
+                self._lex_put(c, user_id, "semantic", first + n, lexical_text(e.text))
             c.execute("UPDATE episodes SET distilled=1 WHERE user_id=? AND id=?", (user_id, episode_id))
             self._bump(c, user_id)
 
@@ -451,12 +754,50 @@ class SQLiteStore:
                                     "ORDER BY created_at, id", (user_id,)).fetchall()
         return [self._entry(user_id, r) for r in rows]
 
-    def delete_semantic(self, user_id: str, entry_id: str) -> None:
-        """Delete one live semantic entry. Raises ``NotFoundError``."""
+    def delete_semantic(self, user_id: str, entry_id: str) -> list[str]:
+        """Delete one live semantic entry; returns its source episode ids (they, and their raw
+        messages, still hold what the entry said: ``forget_semantic`` removes those too).
+
+        Raises:
+            NotFoundError: no live entry ``entry_id`` for the user.
+        """
         with self._tx() as c:
-            if not c.execute("DELETE FROM semantic WHERE user_id=? AND id=? AND live=1", (user_id, entry_id)).rowcount:
+            row = c.execute("SELECT sources FROM semantic WHERE user_id=? AND id=? AND live=1",
+                            (user_id, entry_id)).fetchone()
+            if row is None:
                 raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}.")
+            self._retire(c, "semantic", user_id, [entry_id], delete=True)
             self._bump(c, user_id)
+        return list(json.loads(row[0]))
+
+    def forget_semantic(self, user_id: str, entry_id: str) -> dict[str, list[str]]:
+        """Atomically forget a fact and where it came from: the entry; every raw message of its source
+        episodes; every episode (live or superseded) holding one of those messages; the semantic
+        entries sourced only from removed episodes. Other messages of a removed live episode go back
+        to the buffer (as ``delete_message`` does), so nothing else is lost.
+
+        Returns:
+            ``{"semantic": [...], "episodes": [...], "messages": [...], "requeued": [...]}`` (ids removed / re-buffered).
+        Raises:
+            NotFoundError: no live entry ``entry_id`` for the user.
+        """
+        with self._tx() as c:
+            row = c.execute("SELECT sources FROM semantic WHERE user_id=? AND id=? AND live=1",
+                            (user_id, entry_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}. "
+                                    "Fix: list ids with Memory.list_semantic(user_id).")
+            sources = set(json.loads(row[0]))
+            mids = list(dict.fromkeys(m for eid, ids in c.execute(
+                "SELECT id, message_ids FROM episodes WHERE user_id=? ORDER BY id", (user_id,)).fetchall()
+                if eid in sources for m in json.loads(ids)))
+            out = self._delete_messages(c, user_id, mids)
+            if entry_id not in out["semantic"]:
+                self._retire(c, "semantic", user_id, [entry_id], delete=True)
+                out["semantic"] = sorted([*out["semantic"], entry_id])
+            self._bump(c, user_id)
+        return {"semantic": out["semantic"], "episodes": out["episodes"], "messages": mids,
+                "requeued": out["requeued"]}
 
     # ------------------------------------------------------------------ metadata / delete one message
     def episodes_with_metadata(self, user_id: str, metadata: Mapping[str, Any]) -> set[str]:
@@ -486,26 +827,32 @@ class SQLiteStore:
             if c.execute("SELECT 1 FROM messages WHERE user_id=? AND id=?", (user_id, message_id)).fetchone() is None:
                 raise NotFoundError(f"no message {message_id!r} for user {user_id!r}. Fix: use an id returned by "
                                     "add_messages (ids) or shown in an episode's messages.")
-            gone, requeue = [], []
-            for eid, mids, live in c.execute("SELECT id, message_ids, live FROM episodes WHERE user_id=? "
-                                             "ORDER BY id", (user_id,)).fetchall():
-                ids = json.loads(mids)
-                if message_id in ids:
-                    gone.append(eid)
-                    if live:
-                        requeue += [m for m in ids if m != message_id and m not in requeue]
-            dead = set(gone)
-            sem = [sid for sid, src in c.execute("SELECT id, sources FROM semantic WHERE user_id=? ORDER BY id",
-                                                 (user_id,)).fetchall()
-                   if (s := set(json.loads(src))) and s <= dead]
-            for eid in gone:
-                c.execute("DELETE FROM episodes WHERE user_id=? AND id=?", (user_id, eid))
-            for sid in sem:
-                c.execute("DELETE FROM semantic WHERE user_id=? AND id=?", (user_id, sid))
-            for mid in requeue:
-                c.execute("UPDATE messages SET episode_id=NULL, processed=0 WHERE user_id=? AND id=?", (user_id, mid))
-            c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
+            out = self._delete_messages(c, user_id, [message_id])
             self._bump(c, user_id)
+        return out
+
+    def _delete_messages(self, c: sqlite3.Connection, user_id: str, message_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Inside a write transaction: delete messages, every episode holding one, the semantic entries
+        sourced only from those episodes; re-buffer the removed live episodes' other messages."""
+        doomed = set(message_ids)
+        gone, requeue = [], []
+        for eid, mids, live in c.execute("SELECT id, message_ids, live FROM episodes WHERE user_id=? "
+                                         "ORDER BY id", (user_id,)).fetchall():
+            ids = json.loads(mids)
+            if doomed.intersection(ids):
+                gone.append(eid)
+                if live:
+                    requeue += [m for m in ids if m not in doomed and m not in requeue]
+        dead = set(gone)
+        sem = [sid for sid, src in c.execute("SELECT id, sources FROM semantic WHERE user_id=? ORDER BY id",
+                                             (user_id,)).fetchall()
+               if (s := set(json.loads(src))) and s <= dead]
+        self._retire(c, "episodes", user_id, gone, delete=True)
+        self._retire(c, "semantic", user_id, sem, delete=True)
+        for mid in requeue:
+            c.execute("UPDATE messages SET episode_id=NULL, processed=0 WHERE user_id=? AND id=?", (user_id, mid))
+        for mid in message_ids:
+            c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, mid))
         return {"episodes": gone, "semantic": sem, "requeued": requeue}
 
     # ------------------------------------------------------------------ users
@@ -520,11 +867,14 @@ class SQLiteStore:
     def delete_user(self, user_id: str) -> None:
         """Remove everything stored for the user (messages, episodes, semantic entries, counters)."""
         with self._tx() as c:
-            for table in ("messages", "episodes", "semantic", "users"):
+            for table in ("messages", "episodes", "semantic", "users") + (("lexical",) if self._fts else ()):
                 c.execute(f"DELETE FROM {table} WHERE user_id=?", (user_id,))
         with self._cache_lock:
-            for kind in ("episodes", "semantic"):
-                self._cache.pop((user_id, kind), None)
+            for kind in _TABLES:
+                idx = self._indexes.pop((user_id, kind), None)
+                if idx is not None:
+                    with idx.lock:
+                        idx.discard()
 
     def stats(self, user_id: str) -> dict[str, int]:
         """Counts of messages, pending messages, live/superseded episodes, semantic entries, to-distill."""

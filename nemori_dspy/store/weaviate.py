@@ -39,10 +39,20 @@ other messages are re-buffered with ``requeue_step = k``. A message is therefore
 ``processed_step > N`` or ``requeue_step <= N < reprocessed_step`` (re-processing it sets
 ``reprocessed_step``). ``metadata`` is the message's JSON-encoded metadata object.
 
+Lexical retrieval (issue 12): episodes and semantic entries carry a ``lexical`` property (cue,
+narrative and raw messages; or the fact's text) with ``Tokenization.TRIGRAM`` (works for CJK without
+word segmentation). A search given a ``query`` text with ``lexical_weight`` w > 0 is a hybrid search
+(BM25 on ``lexical`` + our vector, ``alpha = 1 - w``, ``HybridFusion.RELATIVE_SCORE``; the closest
+server-side match of ``SQLiteStore``'s weighted fusion, see ``store.lexical``), whose fused value in
+[0, 1] is the result's ``score``. Trigram BM25
+cannot match a query of 1–2 CJK characters: such a search is ranked by the vector alone.
+
 Schema versions: 1 (first release); 2 adds the message properties ``metadata``,
 ``requeue_step``, ``reprocessed_step`` and ``deleted_step``. Opening version-1 collections adds
 the missing properties in place (objects written by version 1 read as ``{}`` metadata, never
-re-buffered, not deleted), so old data stays readable.
+re-buffered, not deleted), so old data stays readable. 3 adds ``event_start``/``event_end`` of
+semantic entries; 4 adds ``lexical`` to episodes and semantic entries, filled in for the stored
+objects of every tenant when older collections are opened.
 
 ``add_messages`` is idempotent on (user_id, message id) through uuid5(user_id, message id); arrival
 numbers continue from the largest stored ``seq``. A batch cut by a crash keeps the messages written
@@ -70,16 +80,18 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
-from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SemanticEntry, StoredMessage, instant,
-                     metadata_matches)
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage,
+                     instant, metadata_matches)
+from .lexical import DEFAULT_LEXICAL_WEIGHT, lexical_text
 from .sqlite import message_key
 
 __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
            "INSTALL_HINT"]
 
 #: 1: first release; 2: ``<prefix>Message`` has ``metadata``; 3: ``<prefix>Semantic`` has ``event_start``/
-#: ``event_end`` (ISO text, "" when unknown). Opening older collections adds the missing properties.
-SCHEMA_VERSION = 3
+#: ``event_end`` (ISO text, "" when unknown); 4: ``lexical`` (trigram-tokenised text of episodes and entries).
+#: Opening older collections adds the missing properties.
+SCHEMA_VERSION = 4
 DEFAULT_PREFIX = "Nemori"
 INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
 _SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
@@ -171,7 +183,7 @@ def _import_weaviate() -> SimpleNamespace:
         from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
         from weaviate.classes.data import DataObject
         from weaviate.classes.init import AdditionalConfig, Timeout
-        from weaviate.classes.query import Filter, MetadataQuery, Sort
+        from weaviate.classes.query import Filter, HybridFusion, MetadataQuery, Sort
     except ImportError as exc:
         raise ConfigError(f"the Weaviate store needs the weaviate-client package ({exc}). Fix: {INSTALL_HINT}, "
                           "or set NEMORI_STORE=sqlite.") from exc
@@ -179,21 +191,23 @@ def _import_weaviate() -> SimpleNamespace:
                            Configure=Configure, DataType=DataType, Property=Property, Tokenization=Tokenization,
                            VectorDistances=VectorDistances, DataObject=DataObject,
                            AdditionalConfig=AdditionalConfig, Timeout=Timeout, Filter=Filter,
-                           MetadataQuery=MetadataQuery, Sort=Sort)
+                           MetadataQuery=MetadataQuery, Sort=Sort, HybridFusion=HybridFusion)
 
 
 # --------------------------------------------------------------------------- schema
-#: property name → kind: "key" (exact-match filterable text), "text" (stored only), "int".
+#: property name → kind: "key" (exact-match filterable text), "text" (stored only), "int", "lexical"
+#: (BM25-searchable, trigram-tokenised text).
 _SCHEMA: dict[str, dict[str, str]] = {
     "message": {"user_id": "key", "mid": "key", "seq": "int", "speaker": "text", "content": "text",
                 "ts": "text", "ep": "key", "prev_ep": "key", "ep_step": "int", "processed_step": "int",
                 "metadata": "text", "requeue_step": "int", "reprocessed_step": "int", "deleted_step": "int"},
     "episode": {"user_id": "key", "eid": "key", "cue": "text", "narrative": "text", "message_ids": "text",
                 "start_ts": "text", "end_ts": "text", "supersedes": "text", "created_at": "text",
-                "window_idx": "int", "born": "int", "died": "int", "gone": "int", "distilled_step": "int"},
+                "window_idx": "int", "born": "int", "died": "int", "gone": "int", "distilled_step": "int",
+                "lexical": "lexical"},
     "semantic": {"user_id": "key", "eid": "key", "text": "text", "sources": "text", "supersedes": "text",
                  "created_at": "text", "born": "int", "died": "int", "gone": "int", "event_start": "text",
-                 "event_end": "text"},
+                 "event_end": "text", "lexical": "lexical"},
     "meta": {"kind": "key", "user_id": "key", "tenant": "key", "embedder": "text", "dim": "int",
              "schema_version": "int", "committed": "int", "pending": "int", "next_window": "int"},
 }
@@ -204,6 +218,9 @@ def _properties(w: SimpleNamespace, spec: dict[str, str]) -> list:
     for name, kind in spec.items():
         if kind == "int":
             out.append(w.Property(name=name, data_type=w.DataType.INT))
+        elif kind == "lexical":
+            out.append(w.Property(name=name, data_type=w.DataType.TEXT, tokenization=w.Tokenization.TRIGRAM,
+                                  index_filterable=False, index_searchable=True))
         elif kind == "key":
             out.append(w.Property(name=name, data_type=w.DataType.TEXT, tokenization=w.Tokenization.FIELD,
                                   index_filterable=True, index_searchable=False))
@@ -281,9 +298,12 @@ class WeaviateStore:
 
     def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, *, grpc_port: int = 50051,
                  api_key: str | None = None, timeout_s: float = 30.0, init_timeout_s: float = 5.0,
-                 naive_timezone: str = "UTC") -> None:
+                 naive_timezone: str = "UTC", lexical_weight: float = DEFAULT_LEXICAL_WEIGHT) -> None:
         self.url = url
         self.naive_timezone = naive_timezone
+        if not 0.0 <= float(lexical_weight) <= 1.0:
+            raise ConfigError(f"lexical_weight={lexical_weight!r} is outside [0, 1]. Fix: pass 0 (vector only) to 1.")
+        self.lexical_weight = float(lexical_weight)
         self._dim_settled = False
         self.prefix = prefix
         self._names = collection_names(prefix)
@@ -366,7 +386,27 @@ class WeaviateStore:
                              f"{cfg['schema_version']}, newer than this nemori-dspy ({SCHEMA_VERSION}). Fix: upgrade "
                              "nemori-dspy or use another collection prefix.")
         if int(cfg.get("schema_version") or 0) < SCHEMA_VERSION:  # properties were added by _ensure_collections
+            if int(cfg.get("schema_version") or 0) < 4:
+                self._backfill_lexical()
             self._cols["meta"].data.update(uuid=_uid("config"), properties={"schema_version": SCHEMA_VERSION})
+
+    def _backfill_lexical(self) -> None:
+        """Schema 4: give every stored episode / semantic object of every tenant its ``lexical`` text."""
+        for tenant in sorted(self._cols["episode"].tenants.get()):
+            eps = self._cols["episode"].with_tenant(tenant)
+            objs = [o for o in eps.iterator(cache_size=1000) if not o.properties.get("lexical")]
+            mids = list({m for o in objs for m in json.loads(o.properties["message_ids"])})
+            msgs = self._cols["message"].with_tenant(tenant)
+            content = {o.properties["mid"]: o.properties["content"]
+                       for o in self._by_uuids(msgs, [_uid("msg", objs[0].properties["user_id"], m) for m in mids])
+                       } if objs else {}
+            self._patch(eps, {str(o.uuid): {"lexical": lexical_text(
+                o.properties["cue"], o.properties["narrative"],
+                *[content.get(m, "") for m in json.loads(o.properties["message_ids"])])} for o in objs})
+        for tenant in sorted(self._cols["semantic"].tenants.get()):
+            sem = self._cols["semantic"].with_tenant(tenant)
+            self._patch(sem, {str(o.uuid): {"lexical": lexical_text(o.properties["text"])}
+                              for o in sem.iterator(cache_size=1000) if not o.properties.get("lexical")})
 
     def close(self) -> None:
         """Close the client's HTTP and gRPC connections."""
@@ -617,8 +657,9 @@ class WeaviateStore:
         return [found[i] for i in ids if i in found]
 
     # ------------------------------------------------------------------ episodes
-    def _episode_object(self, user_id: str, ep: Episode, k: int) -> Any:
-        props = {"user_id": user_id, "eid": ep.id, "cue": ep.cue, "narrative": ep.narrative,
+    def _episode_object(self, user_id: str, ep: Episode, k: int, contents: Mapping[str, str]) -> Any:
+        """The object of one episode version; ``contents`` = message id → text (for ``lexical``)."""
+        props = {"lexical": lexical_text(ep.cue, ep.narrative, *[contents.get(m, "") for m in ep.message_ids]),"user_id": user_id, "eid": ep.id, "cue": ep.cue, "narrative": ep.narrative,
                  "message_ids": json.dumps(list(ep.message_ids)), "start_ts": ep.start.isoformat(),
                  "end_ts": ep.end.isoformat(), "supersedes": json.dumps(list(ep.supersedes)),
                  "created_at": ep.created_at.isoformat(), "window_idx": int(ep.window), "born": k, "died": _NEVER,
@@ -667,7 +708,8 @@ class WeaviateStore:
         self._settle_dim([ep.vector for ep in episodes if ep.vector])
         k = user.committed + 1
         unique = list({ep.id: ep for ep in episodes}.values())  # a repeated id: the last one wins, as in SQLite
-        new = [self._episode_object(user_id, ep, k) for ep in unique]
+        contents = {m.id: m.content for m in self._get_messages(user, [i for ep in unique for i in ep.message_ids])}
+        new = [self._episode_object(user_id, ep, k, contents) for ep in unique]
         kills = self._kills(user, "episode", k, superseded, [ep.id for ep in unique])
         assigns = self._assignments(user, episodes, k)
         self._begin(user)
@@ -772,11 +814,30 @@ class WeaviateStore:
         scored.sort(key=lambda t: (-t[1], t[0].properties["eid"]))
         return scored[:top_k]
 
+    def _hybrid(self, coll: Any, vector: Sequence[float], query: str, top_k: int,
+                filters: Any) -> list[tuple[Any, float]]:
+        """Top-k (object, fused score in [0, 1]) of a hybrid search: BM25 on ``lexical`` fused with our
+        vector by relative score fusion, ``alpha = 1 - lexical_weight``; ties by id."""
+        w = self._w
+        objs = coll.query.hybrid(query=query, vector=_unit(vector), target_vector=_VEC,
+                                 alpha=1.0 - self.lexical_weight, fusion_type=w.HybridFusion.RELATIVE_SCORE,
+                                 query_properties=["lexical"], limit=top_k, filters=filters, include_vector=True,
+                                 return_metadata=w.MetadataQuery(score=True)).objects
+        scored = [(o, float(o.metadata.score or 0.0)) for o in objs]
+        return sorted(scored, key=lambda t: (-t[1], t[0].properties["eid"]))
+
+    def _top(self, coll: Any, vector: Sequence[float], top_k: int, filters: Any,
+             query: str | None) -> list[tuple[Any, float]]:
+        if query and query.strip() and self.lexical_weight > 0 and top_k > 0:  # threshold searches pass no query
+            return self._hybrid(coll, vector, query, top_k, filters)
+        return self._nearest(coll, vector, top_k, filters)
+
     @_guarded
     def search_episodes(self, user_id: str, vector: Sequence[float], top_k: int,
-                        before_window: int | None = None, only: Collection[str] | None = None) -> list[ScoredEpisode]:
+                        before_window: int | None = None, only: Collection[str] | None = None,
+                        query: str | None = None) -> list[ScoredEpisode]:
         """Exact cosine top-k live episodes of one user (windows < ``before_window`` only, and only
-        ids in ``only``, if given)."""
+        ids in ``only``, if given); with ``query``, a hybrid search (module docstring)."""
         user = self._user(user_id)
         if user is None or top_k <= 0 or (only is not None and not only):
             return []
@@ -785,15 +846,17 @@ class WeaviateStore:
             filters = filters & self._f("window_idx").less_than(int(before_window))
         if only is not None:
             filters = filters & self._f("eid").contains_any(sorted(only))
-        hits = self._nearest(self._tc("episode", user), vector, top_k, filters)
+        hits = self._top(self._tc("episode", user), vector, top_k, filters, query)
         episodes = self._episodes(user, [o for o, _ in hits])
         return [ScoredEpisode(episode=e, score=s) for e, (_, s) in zip(episodes, hits)]
 
     @_guarded
     def search_semantic(self, user_id: str, vector: Sequence[float], top_k: int,
-                        threshold: float | None = None, sources: Collection[str] | None = None) -> list[ScoredSemantic]:
+                        threshold: float | None = None, sources: Collection[str] | None = None,
+                        query: str | None = None) -> list[ScoredSemantic]:
         """Exact cosine top-k live semantic entries, score > ``threshold`` if given (τ, §3.3.1); with
-        ``sources``, only entries with at least one source episode id in it."""
+        ``sources``, only entries with at least one source episode id in it; with ``query``, a hybrid
+        search (module docstring)."""
         user = self._user(user_id)
         if user is None or top_k <= 0:
             return []
@@ -805,13 +868,13 @@ class WeaviateStore:
             if not ok:
                 return []
             filters = filters & self._f("eid").contains_any(ok)
-        hits = self._nearest(self._tc("semantic", user), vector, top_k, filters)
+        hits = self._top(self._tc("semantic", user), vector, top_k, filters, query)
         return [ScoredSemantic(entry=self._entry(user_id, o), score=s) for o, s in hits
                 if threshold is None or s > threshold]
 
     # ------------------------------------------------------------------ semantic
     def _entry_object(self, user_id: str, e: SemanticEntry, k: int) -> Any:
-        props = {"user_id": user_id, "eid": e.id, "text": e.text, "sources": json.dumps(list(e.source_episode_ids)),
+        props = {"lexical": lexical_text(e.text), "user_id": user_id, "eid": e.id, "text": e.text, "sources": json.dumps(list(e.source_episode_ids)),
                  "supersedes": json.dumps(list(e.supersedes)), "created_at": e.created_at.isoformat(), "born": k,
                  "died": _NEVER, "gone": _NEVER, "event_start": _iso(e.event_start), "event_end": _iso(e.event_end)}
         vector = {_VEC: _unit(e.vector)} if len(e.vector) else None
@@ -862,9 +925,21 @@ class WeaviateStore:
         entries = [self._entry(user_id, o) for o in self._scan_live(user, "semantic")]
         return sorted(entries, key=lambda e: (e.created_at.isoformat(), e.id))
 
+    def search(self, user_id: str, vector: Sequence[float], top_k: int, semantic_top_k: int,
+               query: str | None = None, only: Collection[str] | None = None,
+               sources: Collection[str] | None = None) -> SearchResult:
+        """Both searches of the answer path (§3.4): two server queries (Weaviate has no joint top-k)."""
+        ep_kw = {} if only is None else {"only": only}
+        sem_kw = {} if sources is None else {"sources": sources}
+        return SearchResult(
+            episodes=self.search_episodes(user_id, vector, top_k, query=query, **ep_kw) if top_k > 0 else [],
+            semantic=self.search_semantic(user_id, vector, semantic_top_k, query=query, **sem_kw)
+            if semantic_top_k > 0 else [])
+
     @_guarded
-    def delete_semantic(self, user_id: str, entry_id: str) -> None:
-        """Delete one live semantic entry. Raises ``NotFoundError``."""
+    def delete_semantic(self, user_id: str, entry_id: str) -> list[str]:
+        """Delete one live semantic entry; returns its source episode ids (still holding the fact).
+        Raises ``NotFoundError``."""
         user = self._user(user_id)
         if user is not None:
             user = self._writable_user(user_id)
@@ -874,6 +949,50 @@ class WeaviateStore:
         k = self._begin(user)
         self._patch(self._tc("semantic", user), {str(o.uuid): {"died": k, "gone": k} for o in objs})
         self._commit(user, k, purge=True)
+        return list(json.loads(objs[0].properties["sources"]))
+
+    @_guarded
+    def forget_semantic(self, user_id: str, entry_id: str) -> dict[str, list[str]]:
+        """Forget a fact and where it came from (see ``MemoryStore.forget_semantic``).
+
+        Not one step: ``delete_message`` for each raw message of the source episodes, then the entry
+        (if a message's removal did not take it already). A crash part-way leaves the entry live, so
+        running ``forget_semantic`` again completes it.
+
+        Returns:
+            ``{"semantic": [...], "episodes": [...], "messages": [...], "requeued": [...]}``.
+        Raises:
+            NotFoundError: no live entry ``entry_id`` for the user.
+        """
+        user = self._user(user_id)
+        objs = self._live_versions(user, "semantic", [entry_id]) if user else []
+        if not objs:
+            raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}. "
+                                "Fix: list ids with Memory.list_semantic(user_id).")
+        sources = set(json.loads(objs[0].properties["sources"]))
+        eps = self._kept_versions(user, "episode", lambda p: p["eid"] in sources)
+        mids = list(dict.fromkeys(m for o in sorted(eps, key=lambda o: o.properties["eid"])
+                                  for m in json.loads(o.properties["message_ids"])))
+        gone_eps: set[str] = set()
+        gone_sem: set[str] = set()
+        requeued: list[str] = []
+        for mid in mids:
+            try:
+                out = self.delete_message(user_id, mid)
+            except NotFoundError:  # deleted before (e.g. an earlier, interrupted forget)
+                continue
+            gone_eps.update(out["episodes"])
+            gone_sem.update(out["semantic"])
+            requeued += [m for m in out["requeued"] if m not in requeued]
+        if entry_id not in gone_sem:
+            try:
+                self.delete_semantic(user_id, entry_id)
+            except NotFoundError:  # pragma: no cover - removed concurrently
+                pass
+            gone_sem.add(entry_id)
+        doomed = set(mids)
+        return {"semantic": sorted(gone_sem), "episodes": sorted(gone_eps), "messages": mids,
+                "requeued": [m for m in requeued if m not in doomed]}
 
     # ------------------------------------------------------------------ metadata / delete one message
     def _kept_versions(self, user: _User, kind: str, keep: Callable[[dict], bool]) -> list:

@@ -124,6 +124,23 @@ def test_metadata_filter_over_http(make_server):
         assert all(m["metadata"] == {"session": "s2"} for m in ep["messages"])
 
 
+def test_delete_semantic_reports_sources_and_forget_removes_them_over_http(make_server):
+    srv, _ = make_server()
+    with client(srv) as c:
+        c.post("/v1/users/fay/messages", json={"messages": messages(4)})
+        flushed(c, "fay")
+        sem = c.get("/v1/users/fay/semantic").json()["semantic"]
+        first, second = sem[0], sem[1]
+        out = c.delete(f"/v1/users/fay/semantic/{first['id']}").json()
+        assert out == {"deleted": first["id"], "source_episodes": first["source_episode_ids"]}
+        assert c.get(f"/v1/users/fay/episodes/{out['source_episodes'][0]}").status_code == 200  # still held
+        gone = c.post(f"/v1/users/fay/semantic/{second['id']}/forget").json()
+        assert gone["forgotten"] == second["id"] and set(second["source_episode_ids"]) <= set(gone["episodes"])
+        assert sorted(gone["messages"]) == [f"d{i}" for i in range(4)]
+        assert c.get("/v1/users/fay/episodes").json()["episodes"] == []
+        assert c.post(f"/v1/users/fay/semantic/{second['id']}/forget").status_code == 404
+
+
 # --------------------------------------------------------------------------- auth
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
                                      {"Authorization": "Basic " + TOKEN}], ids=["none", "wrong", "no-scheme", "basic"])

@@ -43,7 +43,8 @@ async def session_per_call_user(db: Path) -> dict:
         ans = payload(await c.call_tool("answer_from_memory", {"user_id": "ada", "question": "Where does Eva live?"}))
         bad = await c.call_tool("remember", {"user_id": "ada", "messages": [{"content": " "}]})
         bad_user = await c.call_tool("search_memory", {"user_id": "x\ny", "query": "q"})
-        gone = payload(await c.call_tool("forget", {"user_id": "ada", "entry_id": hits["semantic"][0]["id"]}))
+        # bo's fact: forgetting it removes bo's conversation too, ada's stays for session 2
+        gone = payload(await c.call_tool("forget", {"user_id": "bo", "entry_id": other["semantic"][0]["id"]}))
         return {"hits": hits, "other": other, "answer": ans, "bad": bad, "bad_user": bad_user, "gone": gone}
 
 
@@ -54,7 +55,7 @@ def test_mcp_stdio_tools_per_call_user(tmp_path: Path):
     assert out["answer"]["answer"] == "7 May 2023" and out["answer"]["episode_ids"]
     assert out["bad"].is_error and "messages[0].content" in out["bad"].content[0].text
     assert out["bad_user"].is_error and "user_id" in out["bad_user"].content[0].text
-    assert out["gone"]["deleted"] == "semantic"
+    assert out["gone"]["deleted"] == "semantic" and out["gone"]["messages"] and out["gone"]["episodes"]
 
 
 async def session_fixed_user(db: Path) -> tuple[dict, dict]:

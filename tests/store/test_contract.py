@@ -623,3 +623,120 @@ def test_semantic_event_times_round_trip_apart_from_ingestion_time(backend: Back
     assert again.get_semantic(u, "s-span").event_end == naive_end
     hit = again.search_semantic(u, Q, top_k=1)[0].entry
     assert (hit.id, hit.event_start, hit.event_end) == ("s-span", naive_start, naive_end)
+
+
+# --------------------------------------------------------------------------- lexical retrieval (non-Latin script)
+# A Chinese conversation, embedded by a "fake" English-only embedder: the unrelated episode is nearest
+# to the query by cosine (0.9 vs 0.7), only the answer shares the query's characters.
+ZH_QUERY = "卡罗琳参加了什么支持小组？"
+ZH_ANSWER = ["卡罗琳：我上周六去了LGBTQ支持小组，那里的故事很感人。", "梅兰妮：太好了，你一定很受鼓舞。"]
+ZH_OTHER = ["梅兰妮：我和孩子们去博物馆看了恐龙化石。", "卡罗琳：听起来很好玩！"]
+V_ANSWER = [0.7, math.sqrt(1 - 0.49), 0.0, 0.0]   # cos 0.7 to Q
+V_OTHER = [0.9, 0.0, math.sqrt(1 - 0.81), 0.0]    # cos 0.9 to Q
+V_FAR = [0.1, 0.0, 0.0, math.sqrt(1 - 0.01)]      # cos 0.1 to Q
+
+
+def seed_chinese(store: MemoryStore, user: str) -> None:
+    """Three episodes (answer, distractor, far) with their raw messages and one fact each."""
+    spec = {"zh-answer": (ZH_ANSWER, V_ANSWER, "卡罗琳去了LGBTQ支持小组。"),
+            "zh-other": (ZH_OTHER, V_OTHER, "梅兰妮带孩子们去了博物馆。"),
+            "zh-far": (["卡罗琳：今天下雨了。"], V_FAR, "那天下雨。")}
+    for w, (eid, (lines, vec, fact)) in enumerate(spec.items()):
+        ms = [Message(speaker=line.split("：")[0], content=line, timestamp=T0 + timedelta(minutes=10 * w + i),
+                      id=f"{eid}-m{i}") for i, line in enumerate(lines)]
+        store.add_messages(user, ms)
+        ep = Episode(id=eid, user_id=user, cue=f"对话 {w}", narrative=fact, message_ids=[m.id for m in ms],
+                     start=ms[0].timestamp, end=ms[-1].timestamp, vector=vec, window=w)
+        store.commit_window(user, store.next_window(user), [ep], [])
+        store.commit_distillation(user, eid, [SemanticEntry(id=f"s-{eid}", user_id=user, text=fact, vector=vec,
+                                                            source_episode_ids=[eid])], [])
+
+
+def test_a_chinese_query_ranks_the_answer_first_only_with_lexical_fusion(store, new_user):
+    u = new_user()
+    seed_chinese(store, u)
+    assert ids(store.search_episodes(u, Q, 3))[0] == "zh-other"            # vector only: wrong
+    assert ids(store.search_semantic(u, Q, 3))[0] == "s-zh-other"
+    fused = store.search_episodes(u, Q, 3, query=ZH_QUERY)
+    assert ids(fused)[0] == "zh-answer"                                     # fused: right
+    assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
+    assert all(h.score <= 1.0 + 1e-9 for h in fused)
+    assert fused[0].episode.messages and fused[0].episode.messages[0].content == ZH_ANSWER[0]
+    assert ids(store.search_semantic(u, Q, 3, query=ZH_QUERY))[0] == "s-zh-answer"
+    both = store.search(u, Q, 2, 2, query=ZH_QUERY)
+    assert ids(both.episodes)[0] == "zh-answer" and ids(both.semantic)[0] == "s-zh-answer"
+    assert ids(both.episodes) == ids(store.search_episodes(u, Q, 2, query=ZH_QUERY))
+
+
+def test_lexical_weight_zero_is_the_vector_only_search(store, new_user):
+    u = new_user()
+    seed_chinese(store, u)
+    store.lexical_weight = 0.0
+    assert ids(store.search_episodes(u, Q, 3, query=ZH_QUERY)) == ["zh-other", "zh-answer", "zh-far"]
+    assert [round(h.score, 4) for h in store.search_episodes(u, Q, 3, query=ZH_QUERY)] == [0.9, 0.7, 0.1]
+
+
+def test_fused_search_keeps_its_filters(store, new_user):
+    u = new_user()
+    seed_chinese(store, u)
+    assert ids(store.search_episodes(u, Q, 3, only={"zh-other", "zh-far"}, query=ZH_QUERY)) == ["zh-other", "zh-far"]
+    assert ids(store.search_semantic(u, Q, 3, sources={"zh-far"}, query=ZH_QUERY)) == ["s-zh-far"]
+    assert store.search(u, Q, 3, 3, query=ZH_QUERY, only=set(), sources=set()).episodes == []
+    other = new_user("other")
+    assert store.search(other, Q, 3, 3, query=ZH_QUERY).episodes == []     # another user's text never matches
+
+
+def test_a_retired_episode_no_longer_matches_lexically(store, new_user):
+    u = new_user()
+    seed_chinese(store, u)
+    store.delete_episode(u, "zh-answer")
+    assert "zh-answer" not in ids(store.search_episodes(u, Q, 3, query=ZH_QUERY))
+    merged = Episode(id="zh-merged", user_id=u, cue="合并", narrative="梅兰妮和卡罗琳聊了博物馆。",
+                     message_ids=["zh-other-m0"], start=T0, end=T0, vector=V_FAR, window=3)
+    store.commit_window(u, store.next_window(u), [merged], ["zh-other"])
+    hits = ids(store.search_episodes(u, Q, 3, query="恐龙化石博物馆"))
+    assert "zh-other" not in hits and hits[0] == "zh-merged"              # the raw message text is indexed
+
+
+# --------------------------------------------------------------------------- deleting vs forgetting a fact
+def test_delete_semantic_returns_the_source_episodes_that_still_hold_the_fact(store, new_user):
+    u = new_user()
+    seed_chinese(store, u)
+    assert store.delete_semantic(u, "s-zh-answer") == ["zh-answer"]
+    assert store.get_episode(u, "zh-answer").narrative == "卡罗琳去了LGBTQ支持小组。"  # documented: still there
+    with pytest.raises(NotFoundError):
+        store.delete_semantic(u, "s-zh-answer")
+
+
+def test_forget_semantic_removes_the_fact_its_episodes_and_their_messages(store, new_user):
+    u = new_user()
+    seed_chinese(store, u)
+    shared = SemanticEntry(id="s-shared", user_id=u, text="两人是朋友。", vector=V_FAR,
+                           source_episode_ids=["zh-answer", "zh-other"])
+    store.commit_distillation(u, "zh-other", [shared], [])
+    out = store.forget_semantic(u, "s-zh-answer")
+    assert out == {"semantic": ["s-zh-answer"], "episodes": ["zh-answer"],
+                   "messages": ["zh-answer-m0", "zh-answer-m1"], "requeued": []}
+    assert store.get_messages(u, out["messages"]) == []
+    with pytest.raises(NotFoundError):
+        store.get_episode(u, "zh-answer")
+    assert {e.id for e in store.list_semantic(u)} == {"s-zh-other", "s-zh-far", "s-shared"}  # backed elsewhere
+    found = store.search(u, Q, 10, 10, query=ZH_QUERY)
+    text = " ".join([h.episode.narrative + " ".join(m.content for m in h.episode.messages) for h in found.episodes]
+                    + [h.entry.text for h in found.semantic])
+    assert "支持小组" not in text
+    with pytest.raises(NotFoundError):
+        store.forget_semantic(u, "s-zh-answer")
+
+
+def test_forget_reaches_a_merged_episode_and_rebuffers_its_other_messages(store, new_user):
+    u = new_user()
+    store.add_messages(u, [msg(1), msg(2), msg(3)])
+    store.commit_window(u, 0, [episode(u, "e1", ["m1"], E_SAME), episode(u, "e2", ["m2"], E_NEAR)], [])
+    store.commit_distillation(u, "e1", [entry(u, "s1", E_SAME, source="e1")], [])
+    store.commit_window(u, 1, [episode(u, "e3", ["m1", "m2", "m3"], E_SAME, window=1)], ["e1", "e2"])
+    out = store.forget_semantic(u, "s1")
+    assert out["messages"] == ["m1"] and set(out["episodes"]) == {"e1", "e3"}
+    assert out["requeued"] == ["m2", "m3"]
+    assert [m.id for m in store.pending_messages(u)] == ["m2", "m3"]
+    assert store.list_episodes(u) == [] and store.list_semantic(u) == []

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
@@ -128,13 +129,14 @@ def test_open_store_builds_the_configured_backend(tmp_path, monkeypatch):
     made = {}
 
     class Recorder:
-        def __init__(self, url, prefix, naive_timezone):
-            made.update(url=url, prefix=prefix, naive_timezone=naive_timezone)
+        def __init__(self, url, prefix, naive_timezone, lexical_weight):
+            made.update(url=url, prefix=prefix, naive_timezone=naive_timezone, lexical_weight=lexical_weight)
 
     monkeypatch.setattr("nemori_dspy.store.WeaviateStore", Recorder)
     settings = NemoriSettings(store="weaviate", weaviate_url="http://localhost:8080", naive_timezone="Europe/Berlin")
     open_store(settings, tmp_path / "memory" / "3fa9c1 ..;x.sqlite3")
     assert made["url"] == "http://localhost:8080" and made["naive_timezone"] == "Europe/Berlin"
+    assert made["lexical_weight"] == settings.lexical_weight
     assert made["prefix"] == "Nemori_3fa9c1____x"
     collection_names(made["prefix"])  # a valid prefix
     open_store(settings)
@@ -173,6 +175,7 @@ def test_pending_rule_of_rebuffered_and_deleted_messages():
 
 
 # --------------------------------------------------------------------------- event time (schema version 2)
+T_START = datetime(2023, 5, 8, 13, 56)
 def _bare_store() -> WeaviateStore:
     """A WeaviateStore with no connection: enough for its object <-> record mapping."""
     s = WeaviateStore.__new__(WeaviateStore)
@@ -181,8 +184,6 @@ def _bare_store() -> WeaviateStore:
 
 
 def test_semantic_objects_carry_event_times_apart_from_created_at():
-    from datetime import datetime
-
     from nemori_dspy.types import SemanticEntry
 
     start, end = datetime(2023, 5, 8, 13, 56), datetime.fromisoformat("2023-06-02T09:00:00+08:00")
@@ -201,14 +202,28 @@ def test_semantic_objects_carry_event_times_apart_from_created_at():
     assert old.event_start is None and old.event_end is None
 
 
-def test_opening_version_1_collections_adds_the_event_properties():
-    assert wv.SCHEMA_VERSION == 3
-    v1_semantic = [n for n in wv._SCHEMA["semantic"] if not n.startswith("event_")]
-    assert wv._missing_properties("semantic", v1_semantic) == {"event_start": "text", "event_end": "text"}
+def test_opening_version_1_collections_adds_the_event_and_lexical_properties():
+    assert wv.SCHEMA_VERSION == 4
+    v1_semantic = [n for n in wv._SCHEMA["semantic"] if not n.startswith("event_") and n != "lexical"]
+    assert wv._missing_properties("semantic", v1_semantic) == {"event_start": "text", "event_end": "text",
+                                                               "lexical": "lexical"}
     assert wv._missing_properties("semantic", [n[0].lower() + n[1:] for n in wv._SCHEMA["semantic"]]) == {}
     added = []
     props = [SimpleNamespace(name=n) for n in v1_semantic]
     coll = SimpleNamespace(config=SimpleNamespace(get=lambda: SimpleNamespace(properties=props),
                                                   add_property=added.append))
     _bare_store()._add_missing_properties("semantic", coll)
-    assert [(p.name, p.dataType.value) for p in added] == [("event_start", "text"), ("event_end", "text")]
+    assert [(p.name, p.dataType.value) for p in added] == [("event_start", "text"), ("event_end", "text"),
+                                                            ("lexical", "text")]
+    assert added[-1].tokenization.value == "trigram" and added[-1].indexSearchable
+
+
+def test_episode_and_entry_objects_carry_their_lexical_text():
+    from nemori_dspy.types import Episode, SemanticEntry
+
+    ep = Episode(id="e1", user_id="u", cue="支持小组", narrative="卡罗琳去了支持小组。", message_ids=["m1", "m2"],
+                 start=T_START, end=T_START, vector=[1.0, 0.0])
+    obj = _bare_store()._episode_object("u", ep, 1, {"m1": "我昨天去了支持小组", "m2": "真棒"})
+    assert obj.properties["lexical"] == "支持小组\n卡罗琳去了支持小组。\n我昨天去了支持小组\n真棒"
+    entry = _bare_store()._entry_object("u", SemanticEntry(id="s1", user_id="u", text="卡罗琳喜欢画画", vector=[1.0]), 1)
+    assert entry.properties["lexical"] == "卡罗琳喜欢画画"
