@@ -47,8 +47,10 @@ def _git_commit() -> str | None:
 
 
 def machine() -> dict[str, Any]:
-    """The machine a figure was measured on: CPU model, cores, memory (GiB), OS, Python, commit, UTC time."""
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gib": _memory_gib(),
+    """The machine a figure was measured on: CPU model, cores, memory (GiB), 1-min load average at the end (other
+    work on a shared machine shows here), OS, Python, commit, UTC time."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gib": _memory_gib(), "load_avg_1min": load,
             "os": platform.platform(), "python": sys.version.split()[0], "commit": _git_commit(),
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
