@@ -27,7 +27,6 @@ from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.testing import ScriptedLM, replay_responders
-from nemori_dspy.usage import LEDGER
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests/data/synthetic_mini.json"
 KINDS = ("timeout", "http_500", "empty", "truncated", "schema_echo", "think_prefix")
@@ -67,7 +66,6 @@ def run(data: Path, rate: float, seed: int, max_flushes: int = 10) -> dict:
     conv = load_locomo(data)[0]
     injected: Counter = Counter()
     lm = ScriptedLM(faulty(replay_responders(), rate, seed, injected))
-    LEDGER.reset()
     with tempfile.TemporaryDirectory() as tmp, dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(Path(tmp) / "m.db"), HashingEmbedder(64), NemoriSettings(cache=False))
         parked = 0
@@ -84,7 +82,7 @@ def run(data: Path, rate: float, seed: int, max_flushes: int = 10) -> dict:
         stats = mem.store.stats(conv.sample_id)
     calls = sum(lm.calls.values())
     return {"llm_calls": calls, "injected": dict(injected), "failed_calls": sum(injected.values()) - injected["think_prefix"],
-            "retries": LEDGER.counters.get("retries", 0), "parked": parked, "flushes": flushes,
+            "retries": mem.usage.counters.get("retries", 0), "parked": parked, "flushes": flushes,
             "turns": len(conv.messages), "in_one_episode": sum(1 for m in set(ids) if ids.count(m) == 1),
             "duplicated": len(ids) - len(set(ids)), "lost": len(conv.messages) - len(set(ids)),
             "pending": stats["pending"], "to_distill": stats["to_distill"]}

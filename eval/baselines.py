@@ -12,10 +12,26 @@ from nemori_dspy.formatting import clip
 from nemori_dspy.temporal import annotate_relative_dates
 from nemori_dspy.types import Message
 
-__all__ = ["render_turn", "full_context", "RagIndex", "CHARS_PER_TOKEN"]
+__all__ = ["render_turn", "full_context", "RagIndex", "CHARS_PER_TOKEN", "ANSWER_RESERVE_TOKENS", "CONTEXT_FILL",
+           "context_budget_chars"]
 
 #: rough English chars per token, used to turn token budgets into character budgets.
 CHARS_PER_TOKEN = 4
+
+#: tokens of the model's context window (``n_ctx``) kept free of baseline context: P_ans's instruction and
+#: field labels, the question, and the reply (the answer stage's cap is 64 tokens by default).
+ANSWER_RESERVE_TOKENS = 1024
+
+#: share of the remaining tokens a baseline context (full-context, RAG) may fill. ``CHARS_PER_TOKEN`` is an
+#: English average and names, dates and numbers tokenise denser, so a quarter is kept as margin: a context at
+#: the budget must never overflow ``n_ctx`` and be cut by the server.
+CONTEXT_FILL = 0.75
+
+
+def context_budget_chars(n_ctx: int) -> int:
+    """Characters of context the full-context and RAG baselines may send to a model of ``n_ctx`` tokens:
+    ``(n_ctx - ANSWER_RESERVE_TOKENS) * CHARS_PER_TOKEN * CONTEXT_FILL`` (21,504 for n_ctx = 8192)."""
+    return int((n_ctx - ANSWER_RESERVE_TOKENS) * CHARS_PER_TOKEN * CONTEXT_FILL)
 
 
 def render_turn(m: Message, resolve_dates: bool = False) -> str:

@@ -9,14 +9,14 @@ comparable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import dspy
 
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
-from nemori_dspy.usage import LEDGER
+from nemori_dspy.usage import tally
 
 __all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel", "as_panel"]
 
@@ -63,15 +63,13 @@ class LLMJudge:
             return "WRONG"
         label = str(pred.label)
         if self.strict and label == "CORRECT" and (not pred.key_facts_present or pred.contradicts_gold):
-            LEDGER.count("judge_strict_overrides")
+            tally("judge_strict_overrides")
             return "WRONG"
         return label
 
     def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
         return 1.0 if self.label(example.question, str(example.answer), str(pred.answer)) == "CORRECT" else 0.0
 
-
-JudgeFn = Callable[[Any, Any, Any], float]
 
 
 class JudgePanel:

@@ -19,7 +19,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from nemori_dspy.memory import Memory
-from nemori_dspy.usage import LEDGER
+from nemori_dspy.usage import UsageLedger
 from nemori_dspy.eval.baselines import RagIndex
 from nemori_dspy.eval.judge import JudgePanel, as_panel
 from nemori_dspy.eval.locomo import LoCoMoConversation
@@ -64,8 +64,9 @@ def _scores(q: LongMemEvalQuestion, answer: str, panel: JudgePanel | None) -> di
 def _row(system: System, memory: Memory, q: LongMemEvalQuestion, conv: LoCoMoConversation, rag: RagIndex | None,
          panel: JudgePanel | None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
-    with LEDGER.scope() as mine:
+    with memory.usage.charging():
+        context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
+    with memory.usage.scope() as mine:
         answer = str(memory.pipeline.response.answer(context=context, question=dated_question(q)).answer).strip()
     usage = mine.total()
     return {"sample_id": q.question_id, "index": 0, "category": q.question_type, "category_name": q.question_type,
@@ -100,11 +101,17 @@ def run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEv
     Returns:
         The summary as for ``run_locomo`` (scores per question type, ``abstention`` and ``overall``), plus
         ``longmemeval``: upstream's overall / task-averaged / abstention accuracy per system and judge
-        (also as ``<judge>.task-averaged`` in ``scores``).
+        (also as ``<judge>.task-averaged`` in ``scores``). Usage is this run's alone (its own ledger).
     """
-    panel = as_panel(judge)
+    ledger = UsageLedger()
+    with ledger.charging():
+        return _run_longmemeval(memories, questions, opts, as_panel(judge), out_dir, ledger)
+
+
+def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEvalQuestion], opts: EvalOptions,
+                     panel: JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> dict[str, Any]:
     convs = [as_conversation(q) for q in questions]
-    provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, convs, opts, out_dir)
+    provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, convs, opts, out_dir, ledger)
     for q, conv in tqdm(list(zip(questions, convs)), desc="answer", unit="q", disable=not opts.progress):
         for system in opts.systems:
             if (system.name, q.question_id, 0) not in ckpt.done:
@@ -112,7 +119,7 @@ def run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEv
                 cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
     groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in ckpt.rows)]  # the types this run has
-    summary = _summarise(ckpt.rows, opts, panel, built, construction, skipped, out_dir,
+    summary = _summarise(ckpt.rows, opts, panel, built, construction, skipped, out_dir, ledger,
                          local=base.settings.model == "local", groups=groups, scores=LONGMEMEVAL_SCORES)
     upstream = _upstream_metrics(ckpt.rows, summary["systems"], summary["judge_metrics"])
     for system, by_metric in upstream.items():

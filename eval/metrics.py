@@ -407,7 +407,7 @@ def cost_table(stage_usage: dict[str, Any], stages_order: list[str] | None = Non
         stage_usage: ``{stage: usage}``, usage a ``types.Usage`` or its ``model_dump()``
             (``calls``, ``input_tokens``, ``output_tokens``, ``seconds`` = summed wall
             seconds of the calls, ``cost_usd`` = dollars), e.g. ``summary["usage"]`` from
-            ``eval/runner.py`` / ``usage.LEDGER.snapshot()``.
+            ``eval/runner.py`` / ``UsageLedger.snapshot()``.
         stages_order: stages to list first, in this order (e.g. ``runner.CONSTRUCTION_STAGES``);
             stages not named follow in dict order; named but absent stages are skipped.
         local: the model runs locally: a $ of 0 is shown as ``"local"``.

@@ -21,8 +21,8 @@ from tqdm.auto import tqdm
 from nemori_dspy.memory import Memory
 from nemori_dspy.recording import recording
 from nemori_dspy.store.base import MemoryStore
-from nemori_dspy.usage import LEDGER, Usage
-from nemori_dspy.eval.baselines import CHARS_PER_TOKEN, RagIndex, full_context
+from nemori_dspy.usage import Usage, UsageLedger, tally
+from nemori_dspy.eval.baselines import RagIndex, context_budget_chars, full_context
 from nemori_dspy.eval.judge import JudgePanel, LLMJudge, as_panel
 from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
@@ -35,7 +35,7 @@ __all__ = ["EvalOptions", "MemoryProvider", "SharedMemory", "ingest_conversation
 log = logging.getLogger(__name__)
 
 CONSTRUCTION_STAGES = ["partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                       "direct_distill"]
+                       "direct_distill", "summarize"]
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
 
@@ -97,9 +97,9 @@ def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool
     bar = tqdm(total=len(conv.messages), desc=f"ingest {conv.sample_id}", unit="msg", disable=not progress)
 
     def show(stage: str) -> None:  # an LLM call finished: show which stage and how many so far
-        bar.set_postfix_str(f"{stage}, {LEDGER.total().calls} LLM calls", refresh=True)
+        bar.set_postfix_str(f"{stage}, {memory.usage.total().calls} LLM calls", refresh=True)
 
-    LEDGER.listeners.append(show)
+    memory.usage.listeners.append(show)
     try:
         for i in range(0, len(conv.messages), w):
             chunk = conv.messages[i:i + w]
@@ -108,7 +108,7 @@ def ingest_conversation(memory: Memory, conv: LoCoMoConversation, progress: bool
             bar.update(len(chunk))
         parked += memory.flush(conv.sample_id).parked
     finally:
-        LEDGER.listeners.remove(show)
+        memory.usage.listeners.remove(show)
         bar.close()
     return {"seconds": time.perf_counter() - t0, "parked": parked}
 
@@ -172,13 +172,13 @@ def _memory_context(system: System, memory: Memory, conv: LoCoMoConversation, qu
 
 def _context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):
     """(context, ranked message ids per retrieved item or None, search ms) for one system."""
-    budget = (memory.settings.n_ctx - 1024) * CHARS_PER_TOKEN * 3 // 4
+    budget = context_budget_chars(memory.settings.n_ctx)
     if system.context == "memory":
         return _memory_context(system, memory, conv, question)
     if system.context == "full":
         text, ids, truncated = full_context(conv.messages, budget, memory.settings.resolve_relative_dates)
         if truncated:
-            LEDGER.count("full_context_truncated")
+            tally("full_context_truncated")
         return text, [ids], 0.0
     if system.context == "rag" and rag is not None:
         t0 = time.perf_counter()
@@ -212,8 +212,9 @@ def _score(q: LoCoMoQuestion, answer: str, judge: LLMJudge | JudgePanel | None) 
 def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
                 rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
-    with LEDGER.scope() as mine:
+    with memory.usage.charging():
+        context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
+    with memory.usage.scope() as mine:
         answer = str(memory.pipeline.response.answer(context=context, question=q.question).answer).strip()
     usage = mine.total()
     total_ms = (time.perf_counter() - t0) * 1000
@@ -257,16 +258,19 @@ class RunStart(NamedTuple):
 
 
 def start_run(memories: "Memory | MemoryProvider", conversations: list[LoCoMoConversation], opts: EvalOptions,
-              out_dir: Path) -> RunStart:
-    """The start every eval shares (LoCoMo, LongMemEval): reset the ledger, open the answer and cost
-    checkpoints, build (or reuse) memory, index the RAG baseline if a system needs it, report resumed answers."""
+              out_dir: Path, ledger: UsageLedger) -> RunStart:
+    """The start every eval shares (LoCoMo, LongMemEval): open the answer and cost checkpoints, build (or
+    reuse) memory, index the RAG baseline if a system needs it, report resumed answers.
+
+    ``ledger`` is the run's own ``UsageLedger``, active (``ledger.charging()``) around the whole run: it
+    is charged for the memories' calls and the judges', and is what ``cost.json`` and the tables report.
+    """
     provider = SharedMemory(memories) if isinstance(memories, Memory) else memories
     out_dir.mkdir(parents=True, exist_ok=True)
-    LEDGER.reset()
     ckpt = _Checkpoint(out_dir / "results.jsonl", opts.resume)
-    cost = _CostCheckpoint(out_dir / "cost.json", opts.resume)
+    cost = _CostCheckpoint(out_dir / "cost.json", opts.resume, ledger)
     built = _build(provider, conversations, opts)
-    construction = LEDGER.snapshot()
+    construction = ledger.snapshot()
     cost.save(construction, built)
     base = provider.memory(next((s for s in opts.systems if s.builds == "nemori"), opts.systems[0]))
     rag = None
@@ -285,8 +289,17 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
     """Build, answer, score; write ``results.jsonl`` (checkpointed), ``tables.md`` and ``summary.json``.
 
     Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work, tables.
+    Usage is this run's alone (its own ``UsageLedger``), whatever else the process has run.
     """
-    provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir)
+    ledger = UsageLedger()
+    with ledger.charging():
+        return _run_locomo(memories, conversations, opts, judge, out_dir, ledger)
+
+
+def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
+                judge: LLMJudge | JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> dict[str, Any]:
+    provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir,
+                                                                              ledger)
     for conv in conversations:
         qs = [q for q in conv.questions if q.category in opts.categories][: opts.max_questions]
         for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):
@@ -295,7 +308,7 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
                     ckpt.add(_answer_row(system, provider.memory(system), conv, q, rag, judge))
                     cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
-    return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir,
+    return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,
                       local=base.settings.model == "local")
 
 
@@ -313,8 +326,8 @@ class _CostCheckpoint:
     construction and after every answer, so ``--resume`` after a kill still reports the whole run's cost
     (construction included). Without ``resume`` the earlier figures are ignored."""
 
-    def __init__(self, path: Path, resume: bool) -> None:
-        self.path = path
+    def __init__(self, path: Path, resume: bool, ledger: UsageLedger) -> None:
+        self.path, self.ledger = path, ledger
         self.prev: dict[str, Any] = {}
         if resume and path.exists():
             try:
@@ -325,10 +338,10 @@ class _CostCheckpoint:
     def _totals(self, construction: dict, built: dict[str, Any]) -> dict[str, Any]:
         p = self.prev
         counters = dict(p.get("counters", {}))
-        for k, n in LEDGER.counters.items():
+        for k, n in self.ledger.counters.items():
             counters[k] = counters.get(k, 0) + n
-        emb = {k: p.get("embedding_usage", {}).get(k, 0) + v for k, v in LEDGER.embedding_summary().items()}
-        return {"usage": _add_usage(p.get("usage", {}), LEDGER.snapshot()),
+        emb = {k: p.get("embedding_usage", {}).get(k, 0) + v for k, v in self.ledger.embedding_summary().items()}
+        return {"usage": _add_usage(p.get("usage", {}), self.ledger.snapshot()),
                 "construction_usage": _add_usage(p.get("construction_usage", {}), construction),
                 "counters": counters, "embedding_usage": emb,
                 "ingest_seconds": float(p.get("ingest_seconds", 0.0)) + built["seconds"]}
@@ -339,23 +352,25 @@ class _CostCheckpoint:
         tmp.replace(self.path)  # atomic: a kill never leaves a half-written file
 
     def carry_over(self, construction: dict, built: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
-        """Fold the earlier invocations' figures into ``LEDGER`` and return merged construction/built."""
+        """Fold the earlier invocations' figures into the run's ledger and return merged construction/built."""
         if not self.prev:
             return construction, built
         totals = self._totals(construction, built)  # the same sums cost.json holds
         p = self.prev
-        LEDGER.absorb(p.get("usage", {}), p.get("counters", {}), p.get("embedding_usage"))
+        self.ledger.absorb(p.get("usage", {}), p.get("counters", {}), p.get("embedding_usage"))
         merged = {k: Usage(**v) for k, v in totals["construction_usage"].items()}
         return merged, {**built, "seconds": totals["ingest_seconds"]}
 
 
 def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
-               built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, local: bool = False,
+               built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, ledger: UsageLedger,
+               local: bool = False,
                groups: list[Group] | None = None, scores: list[str] | None = None) -> dict[str, Any]:
     """Tables and ``summary.json``; runs the judge audit (``judge_audit.jsonl``) when the panel has pairs.
 
     ``groups`` are the table's row groups (default: LoCoMo categories 1-4, see ``metrics.LOCOMO_GROUPS``);
-    ``scores`` the LLM-free answer scores shown after the judges' (default: token F1, BLEU-1, LoCoMo F1).
+    ``scores`` the LLM-free answer scores shown after the judges' (default: token F1, BLEU-1, LoCoMo F1);
+    usage, counters and the usage table are ``ledger``'s (the run's).
     """
     panel = as_panel(judge)
     judged = panel.metrics if panel else []
@@ -367,10 +382,10 @@ def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | 
     info = panel.info() if panel else {}
     summary = {
         "scores": _aggregate(rows, metrics, systems, groups),
-        "usage": {k: v.model_dump() for k, v in LEDGER.snapshot().items()},
+        "usage": {k: v.model_dump() for k, v in ledger.snapshot().items()},
         "construction_usage": {k: v.model_dump() for k, v in construction.items()},
-        "embedding_usage": LEDGER.embedding_summary(),
-        "counters": dict(LEDGER.counters), "coverage": built["coverage"], "parked": built["parked"],
+        "embedding_usage": ledger.embedding_summary(),
+        "counters": dict(ledger.counters), "coverage": built["coverage"], "parked": built["parked"],
         "reused_memory": built["reused"], "ingest_seconds": round(built["seconds"], 1),
         "resumed_answers": skipped, "systems": systems,
         "questions": len({(r["sample_id"], r["index"]) for r in rows}),
@@ -378,9 +393,9 @@ def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | 
     }
     audit_md = f"## Judge audit (calibration set, ×100)\n\n```\n{audit_table(audit)}\n```\n\n" if audit else ""
     (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n{audit_md}"
-                                       f"## LLM usage per stage\n\n```\n{LEDGER.table(local)}\n```\n")
+                                       f"## LLM usage per stage\n\n```\n{ledger.table(local)}\n```\n")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return {**summary, "table": table, "usage_table": LEDGER.table(local), "rows": rows, "groups": groups}
+    return {**summary, "table": table, "usage_table": ledger.table(local), "rows": rows, "groups": groups}
 
 
 def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str],

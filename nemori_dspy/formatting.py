@@ -9,7 +9,7 @@ from typing import Sequence
 from .temporal import annotate_relative_dates
 from .types import Episode, SearchResult, SemanticEntry, StoredMessage
 
-__all__ = ["render_messages", "render_numbered_messages", "render_episode", "render_candidates",
+__all__ = ["MIN_MESSAGE_CHARS", "render_messages", "render_numbered_messages", "render_episode", "render_candidates",
            "render_entries", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
            "per_message_chars"]
 
@@ -21,11 +21,18 @@ def clip(text: str, max_chars: int) -> str:
     return text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
 
 
+#: a message is never clipped below this many characters, however many messages share a prompt's budget:
+#: about two sentences, enough to keep who did what and when. The floor wins over the budget, so a prompt of
+#: very many messages may exceed ``max_prompt_chars`` (a window of w = 20 at the floor is 4,000 characters).
+MIN_MESSAGE_CHARS = 200
+
+
 def per_message_chars(n: int, max_chars: int, budget: int | None) -> int:
-    """Characters each of ``n`` messages may use: ``max_chars``, shrunk so n of them fit ``budget`` (≥ 200)."""
+    """Characters each of ``n`` messages may use: ``max_chars``, shrunk so n of them fit ``budget``, but
+    never below ``MIN_MESSAGE_CHARS``."""
     if budget is None or n == 0:
         return max_chars
-    return max(200, min(max_chars, budget // n))
+    return max(MIN_MESSAGE_CHARS, min(max_chars, budget // n))
 
 
 def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000, budget: int | None = None,

@@ -9,11 +9,12 @@ in a worker thread (``asyncio.to_thread``, context copied), so an event loop is 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import threading
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from pydantic import ValidationError
 
@@ -25,7 +26,7 @@ from .modules.resources import Resources
 from .store.base import MemoryStore
 from .store.sqlite import message_key
 from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry, check_metadata
-from .usage import LEDGER
+from .usage import UsageLedger
 
 __all__ = ["Memory", "AddResult", "validate_user_id"]
 
@@ -48,6 +49,34 @@ def validate_user_id(user_id: Any) -> str:
         raise InvalidInputError("user_id", f"{shown} is not a 1-256 character string without control "
                                 "characters (and not blank)", "use a stable id such as 'alice' or a UUID")
     return user_id
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _charged(method: _F) -> _F:
+    """Run a ``Memory`` method with the memory's own ledger active: every LLM and embedding call it makes
+    (in this thread, or in threads that copy its context) is charged to ``Memory.usage``."""
+    @functools.wraps(method)
+    def wrapper(self: "Memory", *args: Any, **kwargs: Any) -> Any:
+        with self.usage.charging():
+            return method(self, *args, **kwargs)
+    return wrapper  # type: ignore[return-value]
+
+
+def _check_pipeline(pipeline: NemoriPipeline, store: MemoryStore, embedder: Embedder,
+                    settings: NemoriSettings | None) -> None:
+    """Raise ``InvalidInputError`` unless ``pipeline`` runs over this very store and embedder (and settings,
+    when given): a memory has one ``Resources``, so search, listing and processing read the same store."""
+    res = pipeline.res
+    for name, given, its in (("store", store, res.store), ("embedder", embedder, res.embedder)):
+        if given is not its:
+            raise InvalidInputError("pipeline", f"was built over another {name} than the one passed",
+                                    f"build it as NemoriPipeline(Resources(store, embedder, settings), ...) with the "
+                                    f"same {name} object you pass to Memory")
+    if settings is not None and settings != res.settings:
+        raise InvalidInputError("pipeline", "was built with other settings than the ones passed",
+                                "pass the pipeline's own settings (pipeline.res.settings), or leave settings unset")
 
 
 def _parse_messages(messages: Iterable[Message | dict]) -> list[Message]:
@@ -96,23 +125,34 @@ class Memory:
         store: a ``MemoryStore`` (e.g. ``SQLiteStore(path)``).
         embedder: an ``Embedder``; its name and dimension are checked against the store.
         settings: knobs (window size, top-k, τ...); default ``NemoriSettings()``.
-        pipeline: a prebuilt ``NemoriPipeline`` (e.g. loaded optimized state); default built from settings.
+        pipeline: a prebuilt ``NemoriPipeline`` (e.g. loaded optimized state) over this ``store`` and
+            ``embedder``; its ``Resources`` become the memory's (one per memory). Default built from settings.
         stage_lms: per-stage LMs (see ``Runtime.stage_lms``). LM calls use ``dspy.settings.lm``.
+
+    ``usage`` is this memory's own ``UsageLedger``: every LLM and embedding call made by its methods is
+    charged to it (and to any ledger active around the call, e.g. an eval run's), never to another
+    ``Memory`` in the same process. Code that drives ``pipeline`` directly charges it with
+    ``with memory.usage.charging(): ...``.
     Raises:
         EmbedderMismatchError: the store was built with another embedder.
+        InvalidInputError: ``pipeline`` was built over another store, embedder or settings.
     """
 
     def __init__(self, store: MemoryStore, embedder: Embedder, settings: NemoriSettings | None = None,
                  pipeline: NemoriPipeline | None = None, stage_lms: dict | None = None) -> None:
-        self.settings = settings or NemoriSettings()
+        if pipeline is not None:
+            _check_pipeline(pipeline, store, embedder, settings)
+        self.settings = pipeline.res.settings if pipeline is not None else (settings or NemoriSettings())
         self.store = store
         self.embedder = embedder
         store.check_embedder(embedder.name, embedder.dim)
-        self.resources = Resources(store=store, embedder=embedder, settings=self.settings)
+        #: the one ``Resources`` of this memory: the pipeline's, so every path reads the same store handle.
+        self.resources = pipeline.res if pipeline is not None else Resources(store, embedder, self.settings)
         self.pipeline = pipeline or NemoriPipeline(self.resources, stage_factory(self.settings, stage_lms))
         self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
         self._parked: dict[str, list[str]] = {}
+        self.usage = UsageLedger()
 
     def _lock(self, user_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -125,6 +165,7 @@ class Memory:
         return user_id
 
     # ------------------------------------------------------------------ ingest
+    @_charged
     def add_messages(self, user_id: str, messages: Sequence[Message | dict], process: bool = True) -> AddResult:
         """Persist messages, then (if ``process``) build episodes from every full window of w = 20.
 
@@ -156,6 +197,7 @@ class Memory:
         return AddResult(accepted=len(accepted), duplicates=len(duplicate_ids), ids=[m.id for m in accepted],
                          duplicate_ids=duplicate_ids, pending=self.store.stats(user_id)["pending"], report=report)
 
+    @_charged
     def process(self, user_id: str, force: bool = False, max_windows: int | None = None) -> ProcessReport:
         """Process full windows (every pending message if ``force``); one user at a time.
 
@@ -187,16 +229,18 @@ class Memory:
             restart — plus ``known`` (anything stored for the user; an unknown user reads as all
             zeros), ``parked`` (reasons from this process's latest pass for this user; empty
             after a restart or once the work succeeds), ``healthy`` (nothing parked and nothing left
-            to distill) and process-wide ``counters`` (calls, retries, parked windows...).
+            to distill) and ``counters`` (retries, parked windows...) of this ``Memory`` since it was made
+            (``Memory.usage``; another memory in the process has its own).
         Raises:
             InvalidInputError: a malformed user id.
         """
         stats = self.store.stats(validate_user_id(user_id))
         parked = list(self._parked.get(user_id, []))
         return {**stats, "known": self.store.user_exists(user_id), "parked": parked,
-                "healthy": not parked and stats.get("to_distill", 0) == 0, "counters": dict(LEDGER.counters)}
+                "healthy": not parked and stats.get("to_distill", 0) == 0, "counters": dict(self.usage.counters)}
 
     # ------------------------------------------------------------------ query
+    @_charged
     def search(self, user_id: str, query: str, top_k: int | None = None,
                semantic_top_k: int | None = None, metadata: dict | None = None) -> SearchResult:
         """Top-k episodes and top-m semantic entries by cosine to ``query`` (k = 10, m = 20 by default, §4.1).
@@ -225,6 +269,7 @@ class Memory:
             return SearchResult()
         return self.pipeline.response.retrieve(user_id, query, top_k, semantic_top_k, only=eids, sources=eids)
 
+    @_charged
     def answer(self, user_id: str, question: str, use_memory: bool = True) -> AnswerResult:
         """Answer from memory with P_ans (§3.4); ``use_memory=False`` answers with an empty context.
 
@@ -240,7 +285,7 @@ class Memory:
         if not isinstance(question, str) or not question.strip():
             raise InvalidInputError("question", "is empty", "pass a non-empty question")
         validate_user_id(user_id)  # an unknown user's searches come back empty: same path, no write
-        with LEDGER.scope() as mine:
+        with self.usage.scope() as mine:
             pred = self.pipeline(user_id=user_id, question=question, use_memory=use_memory)
         return AnswerResult(question=question, answer=pred.answer, context=pred.context, retrieved=pred.retrieved,
                             usage=mine.total(), mode="memory" if use_memory else "no-memory")

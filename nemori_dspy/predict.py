@@ -22,9 +22,9 @@ import dspy
 
 from .errors import ConfigError, LLMError
 from .recording import current_recorder
-from .usage import LEDGER, current_stage, note_truncation, stage, watch_truncation
+from .usage import current_stage, note_truncation, stage, tally, watch_truncation
 
-__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError"]
+__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError", "REROLL_TEMPERATURE"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class _TruncationNote(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if str(record.msg).startswith("LM response was truncated"):
             name, cap = current_stage(), _CAP.get()
-            LEDGER.count(f"truncated.{name}")
+            tally(f"truncated.{name}")
             note_truncation("log")
             record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); it is not used: asked "
                           f"again once with twice the cap, else retried or parked. To raise the cap: "
@@ -70,6 +70,12 @@ class TruncatedReplyError(ValueError):
 #: fifth sentence is worth more than a window of messages left out of memory. Answers and structured outputs
 #: (partition, select, consolidate, judge) are never accepted cut.
 SALVAGE_TRUNCATED_STAGES = frozenset({"narrate", "integrate", "anticipate", "distill", "direct_distill"})
+
+
+#: sampling temperature of a re-ask (which also bypasses DSPy's response cache). Nonzero because at
+#: temperature 0 a deterministic server answers the same prompt with the same bad reply; 0.7 is the usual
+#: default sampling temperature of chat models, varied enough to escape a format slip while staying on task.
+REROLL_TEMPERATURE = 0.7
 
 
 @functools.cache
@@ -160,7 +166,7 @@ class StagePredict(dspy.Module):
         if cap:
             config["max_tokens"] = cap
         if reroll:
-            config.update(cache=False, temperature=0.7, rollout_id=reroll)
+            config.update(cache=False, temperature=REROLL_TEMPERATURE, rollout_id=reroll)
         return config
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
@@ -209,8 +215,8 @@ class StagePredict(dspy.Module):
         with stage(self.stage_name):
             while n < budget:
                 if n:
-                    LEDGER.count("retries")
-                    LEDGER.count(f"retries.{self.stage_name}")
+                    tally("retries")
+                    tally(f"retries.{self.stage_name}")
                 try:
                     return self._once(inputs, reroll, cap)
                 except TruncatedReplyError as exc:
@@ -218,7 +224,7 @@ class StagePredict(dspy.Module):
                     last, wider = exc, (None if widened else self._wider(cap))
                     if wider is not None:  # the same request with room to finish; its cache key differs
                         widened, cap, budget = True, wider, max(budget, n + 2)
-                        LEDGER.count(f"truncation_retries.{self.stage_name}")
+                        tally(f"truncation_retries.{self.stage_name}")
                     else:
                         reroll += 1
                 except _retryable() as exc:  # parse, validation, provider, transport, timeout: re-ask
@@ -226,10 +232,10 @@ class StagePredict(dspy.Module):
                 log.warning("stage %s attempt %d failed: %s", self.stage_name, n + 1, str(last)[:300])
                 n += 1
         if salvage is not None and self.stage_name in SALVAGE_TRUNCATED_STAGES:
-            LEDGER.count(f"truncated_accepted.{self.stage_name}")
+            tally(f"truncated_accepted.{self.stage_name}")
             log.warning("stage %s: every reply hit its cap (max_tokens=%s); keeping the last one that parsed, marked "
                         "as truncated_accepted.%s", self.stage_name, cap, self.stage_name)
             return self._record(inputs, salvage)
-        LEDGER.count("failed_stage_calls")
+        tally("failed_stage_calls")
         raise LLMError(f"stage {self.stage_name!r} failed after {n} attempt(s): "
                        f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last

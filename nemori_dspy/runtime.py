@@ -24,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 class TrackedLM(UsageTrackingMixin, dspy.LM):
-    """``dspy.LM`` whose calls are charged per stage to ``nemori_dspy.usage.LEDGER``."""
+    """``dspy.LM`` whose calls are charged per stage to the active ledgers (``nemori_dspy.usage``)."""
 
 
 def make_lm(settings: NemoriSettings, model: str, api_base: str | None = None, api_key: str | None = None,

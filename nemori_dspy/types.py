@@ -235,10 +235,6 @@ class StoredMessage(Message):
     seq: int = Field(description="arrival order within the user, from 1")
     episode_id: str | None = Field(default=None, description="episode holding it; None while buffered")
 
-    def render(self) -> str:
-        """One line ``[YYYY-MM-DD HH:MM] speaker: content`` as prompts see messages."""
-        return f"[{self.timestamp:%Y-%m-%d %H:%M}] {self.speaker}: {self.content}"
-
 
 class Episode(BaseModel):
     """A narrative episode (§3.2.2): cue, narrative, raw messages and embedding.

@@ -1,8 +1,19 @@
 """Per-stage LLM accounting: real calls, cache hits, failures, tokens, seconds and dollars; embedding
 calls are kept apart (``UsageLedger.embedding``) so they never mix into the LLM stage tables.
 
-Every LM call made inside ``stage("narrate")`` is charged to ``narrate``. The stage lives in a
-``contextvars.ContextVar``, so concurrent threads/tasks keep their own stage.
+Usage is scoped, never process-global: a ``UsageLedger`` is charged only for the calls made while it is
+active (``with ledger.charging():``). Each ``Memory`` owns one (``Memory.usage``) and activates it in its
+public methods; an eval or optimization run activates its own around the whole run; ``ledger.scope()``
+charges a block to a fresh child as well (e.g. the usage of one ``answer`` call). Active ledgers nest:
+a call is charged to every ledger active around it, so a run's ledger holds the sum of the memories it
+drives plus its judge calls. There is no process total other than such a sum (``UsageLedger.merged``).
+
+Every LM call made inside ``stage("narrate")`` is charged to ``narrate``. Stage and active ledgers live
+in context variables, so concurrent threads/tasks keep their own. The active ledgers are kept in DSPy's
+``thread_local_overrides`` (the variable ``dspy.context`` sets), so they follow a call into the threads
+DSPy's ``ParallelExecutor`` starts (``dspy.Evaluate(num_threads=...)``, optimizers), into
+``asyncio.to_thread`` and into ``contextvars.copy_context().run``; a bare ``threading.Thread`` starts
+with none active (its calls are charged to no ledger: run it through ``copy_context().run``).
 """
 
 from __future__ import annotations
@@ -11,15 +22,19 @@ import contextvars
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
+
+from dspy.dsp.utils.settings import thread_local_overrides
+from dspy.dsp.utils.utils import dotdict
 
 from .types import Usage
 
-__all__ = ["UsageLedger", "LEDGER", "stage", "current_stage", "UsageTrackingMixin", "embedding_call",
-           "watch_truncation", "note_truncation", "finish_reasons"]
+__all__ = ["UsageLedger", "stage", "current_stage", "UsageTrackingMixin", "embedding_call", "tally",
+           "active_ledgers", "charging", "watch_truncation", "note_truncation", "finish_reasons"]
 
 _STAGE: contextvars.ContextVar[str] = contextvars.ContextVar("nemori_stage", default="other")
-_SCOPES: contextvars.ContextVar[tuple["UsageLedger", ...]] = contextvars.ContextVar("nemori_scopes", default=())
+#: key of the active ledgers (a tuple, outermost first) in DSPy's thread_local_overrides.
+_LEDGERS_KEY = "nemori_usage_ledgers"
 
 
 _TRUNCATIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("nemori_truncations", default=None)
@@ -76,8 +91,63 @@ def stage(name: str) -> Iterator[None]:
         _STAGE.reset(token)
 
 
+def active_ledgers() -> tuple["UsageLedger", ...]:
+    """The ledgers charged for a call made here (this thread/task), outermost first; () when none is active."""
+    return tuple(thread_local_overrides.get().get(_LEDGERS_KEY, ()))
+
+
+@contextmanager
+def charging(*ledgers: "UsageLedger") -> Iterator[None]:
+    """Charge the calls made in this block (this thread/task, and threads that copy its context) to
+    ``ledgers`` too, besides the ledgers already active. A ledger already active is not added twice."""
+    outer = active_ledgers()
+    stack = outer + tuple(led for i, led in enumerate(ledgers)
+                          if all(led is not o for o in (*outer, *ledgers[:i])))
+    token = thread_local_overrides.set(dotdict({**thread_local_overrides.get(), _LEDGERS_KEY: stack}))
+    try:
+        yield
+    finally:
+        thread_local_overrides.reset(token)
+
+
+def tally(name: str, n: int = 1) -> None:
+    """Increment counter ``name`` (e.g. ``partition_repairs``) in every active ledger."""
+    for ledger in active_ledgers():
+        ledger.count(name, n)
+
+
+def _charge_stage(**delta: Any) -> None:
+    for ledger in active_ledgers():
+        ledger.add_stage(current_stage(), **delta)
+
+
+def _response_delta(usage: dict | None, cost: float | None) -> dict[str, Any]:
+    """``Usage`` fields of one LM response; an empty usage counts as a cache hit."""
+    usage = usage or {}
+    inp = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+    out = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+    if inp == 0 and out == 0:
+        return {"cache_hits": 1}
+    return {"calls": 1, "input_tokens": inp, "output_tokens": out, "cost_usd": float(cost or 0.0)}
+
+
+def charge_response(usage: dict | None, cost: float | None) -> None:
+    """Charge one LM response to the current stage of every active ledger (an empty usage counts as a
+    cache hit); each charged ledger's ``listeners`` are then called with the stage name."""
+    for ledger in active_ledgers():
+        ledger.record_response(usage, cost)
+
+
+def charge_time(seconds: float, failed: bool = False) -> None:
+    """Add wall ``seconds`` (and a failure, if the call raised) to the current stage of every active ledger."""
+    _charge_stage(seconds=seconds, failures=int(failed))
+
+
 class UsageLedger:
-    """Thread-safe totals per stage, plus named counters (cache-bypass retries, repairs, ...)."""
+    """Thread-safe totals per stage, plus named counters (cache-bypass retries, repairs, ...), of the
+    calls made while it was active (``charging``). The ``record_*``/``count`` methods charge this ledger
+    only; code that makes calls uses the module functions (``tally``, ``charge_response`` ...), which
+    charge every active ledger."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -87,44 +157,50 @@ class UsageLedger:
         #: ``seconds`` wall time, ``cost_usd`` from litellm; the number of texts is ``embedding_texts``.
         self.embedding = Usage()
         self.embedding_texts = 0
+        #: called with the stage name after each LM response charged to this ledger (e.g. a progress bar).
         self.listeners: list[Callable[[str], None]] = []
 
-    def _add(self, name: str, **delta: Any) -> None:
-        for ledger in (self, *(_SCOPES.get() if self is LEDGER else ())):
-            with ledger._lock:
-                ledger.stages[name] = ledger.stages.get(name, Usage()).add(Usage(**delta))
+    @contextmanager
+    def charging(self) -> Iterator["UsageLedger"]:
+        """Activate this ledger for the block (see ``charging``); yields it."""
+        with charging(self):
+            yield self
 
     @contextmanager
     def scope(self) -> Iterator["UsageLedger"]:
-        """Also charge the calls made in this block (this thread/task only) to a fresh ledger."""
+        """Charge the calls made in this block to this ledger and also to a fresh one, which is yielded
+        (this thread/task, and threads that copy its context)."""
         local = UsageLedger()
-        token = _SCOPES.set((*_SCOPES.get(), local))
-        try:
+        with charging(self, local):
             yield local
-        finally:
-            _SCOPES.reset(token)
+
+    @classmethod
+    def merged(cls, ledgers: Iterable["UsageLedger"]) -> "UsageLedger":
+        """A new ledger holding the sum of ``ledgers`` (e.g. the total of several memories)."""
+        out = cls()
+        for led in ledgers:
+            out.absorb({k: v.model_dump() for k, v in led.snapshot().items()}, dict(led.counters),
+                       led.embedding_summary())
+        return out
+
+    def add_stage(self, name: str, **delta: Any) -> None:
+        """Add ``delta`` (``Usage`` fields) to stage ``name`` of this ledger."""
+        with self._lock:
+            self.stages[name] = self.stages.get(name, Usage()).add(Usage(**delta))
 
     def record_response(self, usage: dict | None, cost: float | None) -> None:
-        """Charge one LM response to the current stage; an empty usage counts as a cache hit."""
-        usage = usage or {}
-        inp = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
-        out = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+        """Charge one LM response to the current stage, in this ledger only (``charge_response``: all
+        active ones); an empty usage counts as a cache hit. Then calls ``listeners`` with the stage name."""
         name = current_stage()
-        if inp == 0 and out == 0:
-            self._add(name, cache_hits=1)
-        else:
-            self._add(name, calls=1, input_tokens=inp, output_tokens=out, cost_usd=float(cost or 0.0))
+        self.add_stage(name, **_response_delta(usage, cost))
         for listener in list(self.listeners):
             listener(name)
 
     def record_embedding(self, texts: int, seconds: float, tokens: int = 0, cost: float = 0.0) -> None:
         """Charge one embed() call of ``texts`` texts to the embedding totals (not to any LLM stage)."""
-        for ledger in (self, *(_SCOPES.get() if self is LEDGER else ())):
-            with ledger._lock:
-                ledger.embedding = ledger.embedding.add(Usage(calls=1, input_tokens=tokens, seconds=seconds,
-                                                              cost_usd=cost))
-                ledger.embedding_texts += texts
-
+        with self._lock:
+            self.embedding = self.embedding.add(Usage(calls=1, input_tokens=tokens, seconds=seconds, cost_usd=cost))
+            self.embedding_texts += texts
     def absorb(self, stages: dict[str, dict[str, Any]], counters: dict[str, int] | None = None,
                embedding: dict[str, float] | None = None) -> None:
         """Add figures saved by an earlier invocation (``summary.json``'s ``usage``, ``counters``,
@@ -148,11 +224,11 @@ class UsageLedger:
                     "seconds": round(e.seconds, 3), "cost_usd": e.cost_usd}
 
     def record_time(self, seconds: float, failed: bool = False) -> None:
-        """Add wall seconds (and a failure, if the call raised) to the current stage."""
-        self._add(current_stage(), seconds=seconds, failures=int(failed))
+        """Add wall seconds (and a failure, if the call raised) to the current stage of this ledger."""
+        self.add_stage(current_stage(), seconds=seconds, failures=int(failed))
 
     def count(self, name: str, n: int = 1) -> None:
-        """Increment a named counter, e.g. ``partition_repairs``."""
+        """Increment a named counter of this ledger (``tally``: of every active one)."""
         with self._lock:
             self.counters[name] = self.counters.get(name, 0) + n
 
@@ -195,13 +271,9 @@ class UsageLedger:
         return "\n".join(lines)
 
 
-#: Process-wide ledger that every ``UsageTrackingMixin`` LM charges.
-LEDGER = UsageLedger()
-
-
 @contextmanager
 def embedding_call(texts: int) -> Iterator[dict[str, float]]:
-    """Time one embed() call of ``texts`` texts and charge it to ``LEDGER.embedding``.
+    """Time one embed() call of ``texts`` texts and charge it to the embedding totals of every active ledger.
 
     Yields a dict where the embedder may put provider-reported ``tokens`` and ``cost`` (USD).
     Nothing is charged when the block raises.
@@ -209,11 +281,13 @@ def embedding_call(texts: int) -> Iterator[dict[str, float]]:
     extra: dict[str, float] = {"tokens": 0, "cost": 0.0}
     t0 = time.perf_counter()
     yield extra
-    LEDGER.record_embedding(texts, time.perf_counter() - t0, int(extra["tokens"]), float(extra["cost"] or 0.0))
+    seconds = time.perf_counter() - t0
+    for ledger in active_ledgers():
+        ledger.record_embedding(texts, seconds, int(extra["tokens"]), float(extra["cost"] or 0.0))
 
 
 class UsageTrackingMixin:
-    """Mix into a ``dspy.BaseLM`` subclass so its calls are charged to ``LEDGER`` by stage.
+    """Mix into a ``dspy.BaseLM`` subclass so its calls are charged by stage to the active ledgers.
 
     An LM with ``charge_stage`` set (e.g. ``"reflection"`` for an optimizer's prompt/reflection model) charges
     every call to that name whatever stage is running, so an optimization's cost splits per model.
@@ -232,13 +306,13 @@ class UsageTrackingMixin:
         try:
             out = super().__call__(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
-            LEDGER.record_time(time.perf_counter() - t0, failed=True)
+            charge_time(time.perf_counter() - t0, failed=True)
             raise
-        LEDGER.record_time(time.perf_counter() - t0)
+        charge_time(time.perf_counter() - t0)
         return out
 
     def update_history(self, entry: dict) -> None:
-        LEDGER.record_response(entry.get("usage"), entry.get("cost"))
+        charge_response(entry.get("usage"), entry.get("cost"))
         if "length" in finish_reasons(entry.get("response")):
             note_truncation("finish_reason")
         super().update_history(entry)  # type: ignore[misc]

@@ -64,7 +64,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     from nemori_dspy.optimizers.datasets import check_split
     from nemori_dspy.optimizers.optimize import Budget, check_available
     from nemori_dspy.optimizers.tune import parse_stages
-    from nemori_dspy.usage import LEDGER
+    from nemori_dspy.usage import UsageLedger
 
     stages = parse_stages(args.stage, end_to_end=args.metric == "end-to-end")
     check_available(args.optimizer)
@@ -86,12 +86,12 @@ def optimize_command(args: argparse.Namespace) -> int:
           f"{','.join(train_ids)} ({sum(len(convs[i].messages) for i in train_ids)} turns), dev {','.join(dev_ids)} "
           f"({sum(len(convs[i].messages) for i in dev_ids)} turns); run folder {out}", flush=True)
     t0 = time.perf_counter()
-    LEDGER.reset()
     params = {"stages": ",".join(stages), "optimizer": args.optimizer, "metric": args.metric, "max_train": args.max_train, "budget": budget.model_dump(),
               "model.reflection_setting": args.reflection_model, "train": ",".join(train_ids),
               "dev": ",".join(dev_ids), "sessions": args.sessions, "dataset.path": str(data),
               "dataset.sha256": data_sha, "program.start": args.program, "out": str(out)}
     with contextlib.ExitStack() as stack:
+        stack.enter_context(UsageLedger().charging())  # this optimization's usage, apart from any other run
         run = None
         if not args.no_mlflow:
             from nemori_dspy.optimizers.tracking import optimize_run
@@ -109,7 +109,6 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
     from nemori_dspy.eval.systems import SYSTEMS
     from nemori_dspy.optimizers.tune import OptimizeOptions, ensure_built, run_optimize
     from nemori_dspy.runtime import build_runtime
-    from nemori_dspy.usage import LEDGER
 
     with build_runtime(_reflection(settings, args.reflection_model)) as rt:
         print(f"student {rt.model_label}, reflection {rt.judge_label if args.reflection_model != 'none' else 'none'} "
@@ -120,7 +119,7 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
         ordered = [convs[i] for i in train_ids + dev_ids]
         built = ensure_built(memory, ordered, records, lambda sid: provider.is_built(system, sid),
                              lambda sid: provider.mark_built(system, sid))
-        construction = LEDGER.snapshot()
+        construction = memory.usage.snapshot()  # the memory's own calls: its construction (none when reused)
         print(f"memory {provider.path(system)}: " + (f"built {', '.join(built)} now" if built else
                                                      "reused (built and recorded by an earlier run)"), flush=True)
         opts = OptimizeOptions(stages=stages, optimizer=args.optimizer, train=[convs[i] for i in train_ids],

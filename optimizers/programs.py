@@ -32,7 +32,7 @@ __all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram",
 PIPELINE_PATHS = {
     "partition": "episodic.partition", "narrate": "episodic.narrate", "select": "episodic.select",
     "integrate": "episodic.integrate", "anticipate": "semantic.anticipate", "distill": "semantic.distill",
-    "consolidate": "semantic.consolidate", "direct_distill": "semantic.direct_distill", "answer": "response.answer",
+    "consolidate": "semantic.consolidate", "direct_distill": "semantic.direct_distill", "summarize": "semantic.summarize", "answer": "response.answer",
 }
 
 
@@ -40,11 +40,22 @@ def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:
     """The pipeline's ``StagePredict`` of ``stage``.
 
     Raises:
-        ConfigError: unknown stage name.
+        ConfigError: unknown stage name, or a stage the pipeline's configuration does not run (e.g.
+            ``distill`` with ``distillation="direct"``: it has no such predictor).
     """
     if stage not in PIPELINE_PATHS:
         raise ConfigError(f"unknown stage {stage!r}. Fix: use one of {', '.join(PIPELINE_PATHS)}.")
-    return pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
+    try:
+        found = pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
+    except AttributeError:  # e.g. flat management's module has no consolidate at all
+        found = None
+    if found is None:
+        s = pipeline.res.settings
+        raise ConfigError(f"stage {stage!r} is not run by this configuration (distillation={s.distillation!r}, "
+                          f"consolidation={s.consolidation}, semantic_management={s.semantic_management!r}), so "
+                          f"the pipeline has no predictor for it. Fix: tune a stage it runs, or change "
+                          f"NEMORI_DISTILLATION / NEMORI_CONSOLIDATION / NEMORI_SEMANTIC_MANAGEMENT.")
+    return found
 
 
 class _Shared:

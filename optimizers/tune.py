@@ -33,7 +33,7 @@ from nemori_dspy.optimizers.optimize import Budget, DevScore, make_optimizer, sc
 from nemori_dspy.optimizers.programs import (ConsolidateProgram, DistillProgram, EndToEndProgram, NarrateProgram,
                                              StageProgram, end_to_end_questions)
 from nemori_dspy.recording import StageRecord, read_records
-from nemori_dspy.usage import LEDGER, Usage
+from nemori_dspy.usage import Usage, UsageLedger
 
 __all__ = ["TUNABLE_STAGES", "OptimizeOptions", "StageResult", "parse_stages", "stage_program", "stage_examples",
            "run_optimize", "program_changes", "REFLECTION_STAGE"]
@@ -183,10 +183,19 @@ def _usage_delta(before: dict[str, Usage], after: dict[str, Usage]) -> dict[str,
 def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: OptimizeOptions) -> StageResult:
     """Tune one stage: examples → dev before → compile on train → dev after → written into ``memory.pipeline``.
 
+    The result's ``cost`` is this stage's own (a ledger active only while it is tuned).
+
     Raises:
         ConfigError: no train or no dev examples (e.g. the slice holds no labelled episode).
     """
-    t0, snap = time.perf_counter(), LEDGER.snapshot()
+    spent = UsageLedger()
+    with spent.charging():
+        return _optimize_stage(stage, memory, records_path, opts, spent)
+
+
+def _optimize_stage(stage: str, memory: Memory, records_path: Path, opts: OptimizeOptions,
+                    spent: UsageLedger) -> StageResult:
+    t0 = time.perf_counter()
     if opts.metric == "end-to-end":
         train, dev = _e2e_examples(opts.train), _e2e_examples(opts.dev)
         metric: Callable[..., Any] = end_to_end_metric
@@ -219,7 +228,7 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
     compiled.apply_to(memory.pipeline)
     result = StageResult(stage=stage, n_train=len(train), n_dev=len(dev), before=before, after=after,
                          changes=program_changes(state0, compiled.dump_state()),
-                         cost=_usage_delta(snap, LEDGER.snapshot()), seconds=time.perf_counter() - t0,
+                         cost=_usage_delta({}, spent.snapshot()), seconds=time.perf_counter() - t0,
                          by_category=_categories(dev, before, after))
     _checkpoint(opts.out_dir, stage, {**result.to_dict(), "status": "done"})
     return result

@@ -19,7 +19,13 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalTemporal,
 )
 from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer, JudgeAnswerStrict
-from nemori_dspy.signatures.semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
+from nemori_dspy.signatures.semantic import (
+    AnticipateEpisode,
+    ConsolidateKnowledge,
+    DistillDirect,
+    DistillPredictionError,
+    UpdateSummary,
+)
 
 __all__ = [
     "PartitionMessages",
@@ -30,6 +36,7 @@ __all__ = [
     "DistillPredictionError",
     "ConsolidateKnowledge",
     "DistillDirect",
+    "UpdateSummary",
     "AnswerQuestion",
     "JudgeAnswer",
     "JudgeAnswerStrict",
@@ -54,6 +61,7 @@ SIGNATURES: dict[str, type[dspy.Signature]] = {
     "distill": DistillPredictionError,
     "consolidate": ConsolidateKnowledge,
     "direct_distill": DistillDirect,
+    "summarize": UpdateSummary,
     "answer": AnswerQuestion,
     "judge": JudgeAnswer,
     "judge_strict": JudgeAnswerStrict,

@@ -13,7 +13,7 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
-from nemori_dspy.usage import LEDGER
+from nemori_dspy.usage import UsageLedger
 from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders, real_locomo_mini
 
 
@@ -37,10 +37,12 @@ def _memory_only_dspy_cache():
 
 
 @pytest.fixture(autouse=True)
-def _fresh_ledger_and_cache():
-    LEDGER.reset()
-    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)  # fresh, whatever a test changed
-    yield
+def ledger():
+    """A fresh ``UsageLedger`` active for the whole test: every call the test makes (directly, or through any
+    ``Memory``) is charged to it. Also a fresh DSPy memory cache, whatever a test changed."""
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    with UsageLedger().charging() as fresh:
+        yield fresh
 
 
 @pytest.fixture

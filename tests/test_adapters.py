@@ -9,7 +9,6 @@ from nemori_dspy.adapters import LenientChatAdapter, LenientJSONAdapter, is_empt
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.modules.pipeline import stage_factory
 from nemori_dspy.signatures import ConsolidateKnowledge, DistillDirect, DistillPredictionError, signature_hash
-from nemori_dspy.usage import LEDGER
 from tests.fakes import ScriptedLM, chat_reply, default_responders
 
 EMPTY = ["", "none", "None", "NULL", "null", "N/A", "nothing", "[None]", "[null]", "- none", "No new insights.",
@@ -80,14 +79,14 @@ def test_the_setting_picks_the_adapter():
     assert type(make_adapter("chat")) is LenientChatAdapter and type(make_adapter("json")) is LenientJSONAdapter
 
 
-def test_a_nothing_reply_through_the_stage_costs_no_retry():
+def test_a_nothing_reply_through_the_stage_costs_no_retry(ledger):
     responders = default_responders()
     responders["DistillPredictionError"] = lambda i: "[[ ## insights ## ]]\nNone\n\n[[ ## completed ## ]]"
     lm = ScriptedLM(responders)
     stage = stage_factory(NemoriSettings())("distill")
     with dspy.context(lm=lm, adapter=LenientChatAdapter()):
         assert stage(episode_messages="m", predicted_episode="p").insights == []
-    assert LEDGER.counters.get("retries", 0) == 0 and lm.calls == {"DistillPredictionError": 1}
+    assert ledger.counters.get("retries", 0) == 0 and lm.calls == {"DistillPredictionError": 1}
 
 
 def _inputs(sig):

@@ -8,7 +8,6 @@ import numpy as np
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
-from nemori_dspy.usage import LEDGER
 from tests.fakes import ScriptedLM, default_responders
 
 
@@ -25,7 +24,7 @@ class RecordingEmbedder:
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def test_huge_message_is_ingested_within_prompt_and_embedder_limits(tmp_path):
+def test_huge_message_is_ingested_within_prompt_and_embedder_limits(tmp_path, ledger):
     huge = "word " * 160_000  # ~800k chars, far above any context window
     lm = ScriptedLM(default_responders())
     emb = RecordingEmbedder()
@@ -41,4 +40,4 @@ def test_huge_message_is_ingested_within_prompt_and_embedder_limits(tmp_path):
     for _, inputs in lm.prompts:
         assert sum(len(v) for v in inputs.values()) < settings.max_prompt_chars + 2_000
     assert emb.longest <= settings.max_message_chars
-    assert LEDGER.counters.get("embedder_inputs_clipped", 0) >= 1
+    assert ledger.counters.get("embedder_inputs_clipped", 0) >= 1

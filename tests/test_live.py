@@ -15,7 +15,6 @@ from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.memory import Memory
 from nemori_dspy.runtime import build_runtime
 from nemori_dspy.store.sqlite import SQLiteStore
-from nemori_dspy.usage import LEDGER
 
 pytestmark = pytest.mark.live
 
@@ -38,9 +37,8 @@ def live():
     assert rt.server is None
 
 
-def test_live_ingest_and_answer(tmp_path, live):
+def test_live_ingest_and_answer(tmp_path, live, ledger):
     settings = live.settings
-    LEDGER.reset()
     with dspy.context(lm=live.lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
         mem.add_messages("caroline", [{"speaker": s, "content": c, "timestamp": t, "id": f"D1:{i}"}
@@ -50,7 +48,7 @@ def test_live_ingest_and_answer(tmp_path, live):
     ids = [m for ep in mem.list_episodes("caroline") for m in ep.message_ids]
     assert sorted(ids) == ["D1:1", "D1:2", "D1:3", "D1:4"], report
     assert isinstance(res.answer, str) and res.answer
-    usage = LEDGER.snapshot()
+    usage = ledger.snapshot()
     assert usage["narrate"].calls >= 1 and usage["narrate"].input_tokens > 0
     assert usage["answer"].calls == 1 and res.usage.output_tokens > 0
 
@@ -95,3 +93,30 @@ def test_live_http_server_adds_in_the_background_and_answers(tmp_path, live):
     store.close()
     assert isinstance(ans["answer"], str) and ans["answer"]
     assert sorted(m for ep in mem.list_episodes("caroline") for m in ep.message_ids) == ["H1", "H2", "H3", "H4"]
+
+
+NOISE_TURNS = [  # written for this project: two human lines, three kinds of machine noise
+    ("Dana", "I start my new job as a nurse in Leeds next Monday.", "2023-06-01T09:00:00"),
+    ("bot", 'Traceback (most recent call last):\n  File "sync.py", line 12, in run\n    push(batch)\n'
+            "KeyError: 'user_17'", "2023-06-01T09:01:00"),
+    ("bot", "[heartbeat] ok seq=4412", "2023-06-01T09:02:00"),
+    ("bot", "Jun  1 09:03:01 host CRON[2211]: (root) CMD (/usr/bin/backup.sh)", "2023-06-01T09:03:00"),
+    ("Eli", "Congratulations Dana! Leeds General is a great hospital.", "2023-06-01T09:04:00"),
+]
+NOISE_WORDS = ("traceback", "keyerror", "sync.py", "heartbeat", "seq=", "cron", "backup.sh", "user_17")
+
+
+def test_live_machine_noise_does_not_become_facts(tmp_path, live, capsys):
+    """Issue 12: a traceback, a heartbeat and a cron line in a conversation; with the real 0.5B model no
+    semantic entry may speak of them (the noise guard), the human fact may be learnt; the raw messages stay."""
+    with dspy.context(lm=live.lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), live.settings)
+        mem.add_messages("dana", [{"speaker": s, "content": c, "timestamp": t, "id": f"n{i}"}
+                                  for i, (s, c, t) in enumerate(NOISE_TURNS, 1)])
+        mem.flush("dana")
+    facts = [e.text for e in mem.list_semantic("dana")]
+    noisy = [f for f in facts if any(w in f.lower() for w in NOISE_WORDS)]
+    with capsys.disabled():
+        print(f"\nlive noise: {len(NOISE_TURNS) - 2} noise messages, {len(facts)} facts, {len(noisy)} about noise: {noisy}")
+    assert noisy == [], facts
+    assert sorted(m for ep in mem.list_episodes("dana") for m in ep.message_ids) == [f"n{i}" for i in range(1, 6)]

@@ -16,6 +16,7 @@ from nemori_dspy.errors import InvalidInputError, NotFoundError, UnknownUserErro
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import AnswerResult
+from nemori_dspy.usage import UsageLedger
 
 from .fakes import ScriptedLM, chat_reply, default_responders
 
@@ -576,3 +577,107 @@ def test_a_store_that_recorded_dimension_none_opens_and_learns_it(db: Path, lm, 
     mem.add_messages("u", exchange(4))
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT value FROM meta WHERE key='dim'").fetchone() == ("8",)
+
+
+# ------------------------------------------------------------------ usage is per Memory, never process-wide
+def _llm_calls(mem: Memory) -> int:
+    u = mem.usage.total()
+    return u.calls + u.cache_hits
+
+
+def test_two_memories_in_one_process_have_separate_usage_and_counters(tmp_path, ledger):
+    a_lm, b_lm = ScriptedLM(default_responders()), ScriptedLM(default_responders())
+    a = Memory(SQLiteStore(tmp_path / "a.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+    b = Memory(SQLiteStore(tmp_path / "b.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+    with dspy.context(lm=a_lm, adapter=dspy.ChatAdapter()):
+        a.add_messages("alice", exchange(20))
+    assert b.status("bob")["counters"] == {} and b.usage.snapshot() == {}  # b has made no call yet
+    a_counters, a_calls = dict(a.usage.counters), _llm_calls(a)
+    with dspy.context(lm=b_lm, adapter=dspy.ChatAdapter()):
+        b.add_messages("bob", exchange(10))
+        b.answer("bob", "Where is Alice moving?")
+    assert _llm_calls(a) == sum(a_lm.calls.values()) and _llm_calls(b) == sum(b_lm.calls.values())
+    assert a.status("alice")["counters"] == a.usage.counters == a_counters and _llm_calls(a) == a_calls  # b left a alone
+    assert b.status("bob")["counters"] == b.usage.counters and 0 < b.usage.counters["evoke_calls"] < a_counters["evoke_calls"]
+    assert b.usage.snapshot()["answer"].calls == 1 and "answer" not in a.usage.snapshot()
+    assert a.usage.embedding_summary()["calls"] > 0 and b.usage.embedding_summary()["calls"] > 0
+    # the test's ledger, active around both, holds their sum and nothing else
+    t, both = ledger.total(), UsageLedger.merged([a.usage, b.usage]).total()
+    assert (t.calls, t.cache_hits, t.input_tokens, t.output_tokens) == (
+        both.calls, both.cache_hits, both.input_tokens, both.output_tokens)
+
+
+def test_memories_in_concurrent_threads_and_async_calls_keep_their_own_ledger(tmp_path):
+    mems = [Memory(SQLiteStore(tmp_path / f"{i}.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+            for i in range(2)]
+    lms = [ScriptedLM(default_responders()) for _ in mems]
+    barrier = threading.Barrier(2)
+
+    def work(i: int) -> None:
+        with dspy.context(lm=lms[i], adapter=dspy.ChatAdapter()):
+            barrier.wait()
+            mems[i].add_messages(f"u{i}", exchange(10 * (i + 1)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert [_llm_calls(m) for m in mems] == [sum(lm.calls.values()) for lm in lms]
+    assert _llm_calls(mems[0]) < _llm_calls(mems[1])
+
+    before = _llm_calls(mems[0])
+    with dspy.context(lm=lms[0], adapter=dspy.ChatAdapter()):
+        asyncio.run(mems[0].aanswer("u0", "What about the puppy?"))  # runs in a worker thread
+    assert _llm_calls(mems[0]) == before + 1 and mems[0].usage.snapshot()["answer"].calls == 1
+    assert "answer" not in mems[1].usage.snapshot()
+
+
+def test_background_worker_threads_charge_the_memory(tmp_path):
+    from nemori_dspy.serving.worker import BackgroundProcessor
+
+    lm = ScriptedLM(default_responders())
+    mem = Memory(SQLiteStore(tmp_path / "w.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+    mem.add_messages("w", exchange(10), process=False)
+    worker = BackgroundProcessor(mem, threads=1, lm=lm, adapter=dspy.ChatAdapter())
+    worker.schedule("w")
+    assert worker.wait_idle("w", timeout=60)
+    worker.stop()
+    assert sum(lm.calls.values()) > 0 and _llm_calls(mem) == sum(lm.calls.values())
+
+
+# ------------------------------------------------------------------ one Resources per Memory
+def test_a_memory_given_a_pipeline_uses_its_resources_not_a_second_set(tmp_path):
+    from nemori_dspy.modules.pipeline import NemoriPipeline
+    from nemori_dspy.modules.resources import Resources
+
+    store, emb, s = SQLiteStore(tmp_path / "p.db"), HashingEmbedder(64), NemoriSettings(window_size=10)
+    pipeline = NemoriPipeline(Resources(store, emb, s))
+    mem = Memory(store, emb, s, pipeline=pipeline)
+    assert mem.resources is pipeline.res and mem.settings is s
+    assert Memory(store, emb, pipeline=pipeline).settings is s  # settings unset: the pipeline's
+
+
+@pytest.mark.parametrize("other", ["store", "embedder", "settings"])
+def test_a_pipeline_over_another_store_embedder_or_settings_is_refused(tmp_path, other):
+    from nemori_dspy.modules.pipeline import NemoriPipeline
+    from nemori_dspy.modules.resources import Resources
+
+    store, emb, s = SQLiteStore(tmp_path / "p.db"), HashingEmbedder(64), NemoriSettings(window_size=10)
+    pipeline = NemoriPipeline(Resources(store, emb, s))
+    given = {"store": store, "embedder": emb, "settings": s}
+    given[other] = {"store": lambda: SQLiteStore(tmp_path / "q.db"), "embedder": lambda: HashingEmbedder(64),
+                    "settings": lambda: NemoriSettings(window_size=12)}[other]()
+    with pytest.raises(InvalidInputError, match=f"pipeline.*another {other}|pipeline.*other settings"):
+        Memory(given["store"], given["embedder"], given["settings"], pipeline=pipeline)
+
+
+def test_a_programming_error_inside_a_stage_raises_through_memory_and_parks_nothing(memory, monkeypatch):
+    class Broken(dspy.Module):
+        def forward(self, **kwargs):
+            raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    memory.pipeline.episodic.narrate.predict = Broken()
+    with pytest.raises(TypeError, match="unsupported operand"):
+        memory.add_messages("tina", exchange(10))
+    st = memory.status("tina")
+    assert st["parked"] == [] and st["pending"] == 10  # not parked as an LLM failure; the messages are kept
+    assert "retries" not in st["counters"] and "parked_windows" not in st["counters"]

@@ -8,7 +8,6 @@ import pytest
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import AnswerQuestion, NarrateEpisode, PartitionMessages
-from nemori_dspy.usage import LEDGER
 from tests.fakes import ScriptedLM, chat_reply, default_responders
 
 GOOD = chat_reply(cue="Caroline at a support group (7 May 2023)", narrative="Caroline went to a support group.")
@@ -40,18 +39,18 @@ def _narrate(lm, parse_retries=1):
     "[[ ## cue ## ]]\n{cue}\n\n[[ ## narrative ## ]]\n{narrative}",      # schema echoed back, no completion
     '{"cue": "x", "narrat',                                              # truncated JSON
 ])
-def test_bad_reply_then_valid_succeeds_on_a_cache_bypassing_retry(bad):
+def test_bad_reply_then_valid_succeeds_on_a_cache_bypassing_retry(bad, ledger):
     lm = _lm_with([bad, bad, GOOD], cache=True)  # ChatAdapter may fall back to JSONAdapter: 1-2 calls per attempt
     pred = _narrate(lm, parse_retries=3)
     assert pred.narrative == "Caroline went to a support group."
-    assert LEDGER.counters.get("retries.narrate", 0) >= 1
+    assert ledger.counters.get("retries.narrate", 0) >= 1
 
 
-def test_think_prefix_before_valid_reply_is_parsed_without_retry():
+def test_think_prefix_before_valid_reply_is_parsed_without_retry(ledger):
     lm = _lm_with(["<think>The user wants a narrative.</think>\n" + GOOD])
     pred = _narrate(lm)
     assert pred.cue.startswith("Caroline at a support group")
-    assert LEDGER.counters.get("retries", 0) == 0
+    assert ledger.counters.get("retries", 0) == 0
 
 
 def test_retry_does_not_receive_the_cached_bad_reply():
@@ -64,7 +63,7 @@ def test_retry_does_not_receive_the_cached_bad_reply():
     assert first >= 2
 
 
-def test_permanent_failure_raises_llm_error_naming_the_stage():
+def test_permanent_failure_raises_llm_error_naming_the_stage(ledger):
     def boom(_):
         raise RuntimeError("connection refused")
 
@@ -72,32 +71,32 @@ def test_permanent_failure_raises_llm_error_naming_the_stage():
     r["NarrateEpisode"] = boom
     with pytest.raises(LLMError, match="narrate"):
         _narrate(ScriptedLM(r), parse_retries=2)
-    assert LEDGER.counters["retries.narrate"] == 2
+    assert ledger.counters["retries.narrate"] == 2
 
 
-def test_cache_hits_are_counted_apart_from_real_calls():
+def test_cache_hits_are_counted_apart_from_real_calls(ledger):
     lm = _lm_with([GOOD], cache=True)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         p = StagePredict(PartitionMessages, "partition")
         for _ in range(3):
             p(messages="1. [2023-05-08 13:56] A: hi\n2. [2023-05-08 13:57] B: hello", message_count=2)
-    u = LEDGER.snapshot()["partition"]
+    u = ledger.snapshot()["partition"]
     assert u.calls == 1 and u.cache_hits == 2 and u.input_tokens > 0
 
 
-def test_truncation_warning_names_the_stage_and_its_real_cap(caplog):
+def test_truncation_warning_names_the_stage_and_its_real_cap(caplog, ledger):
     """DSPy's warning names the LM's default max_tokens; ours names the stage's cap that was sent."""
     lm = _lm_with([GOOD], cache=False)
     lm.finish_reason = "length"
     with caplog.at_level("WARNING", logger="dspy.clients.lm"), dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         # cut at 320 and again at 640: a narrative is prose, so the last reply that parsed is kept, marked
         pred = StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
-    assert pred.narrative and LEDGER.counters["truncated_accepted.narrate"] == 1
+    assert pred.narrative and ledger.counters["truncated_accepted.narrate"] == 1
     notes = [r.getMessage() for r in caplog.records if "output cap" in r.getMessage()]
     assert all(r.name == "nemori_dspy.predict" for r in caplog.records if "output cap" in r.getMessage())
     assert notes and all("'narrate'" in m and "NEMORI_STAGE_LMS" in m for m in notes)
     assert "max_tokens=320" in notes[0] and "max_tokens=640" in notes[-1]
-    assert LEDGER.counters["truncated.narrate"] == len(notes)
+    assert ledger.counters["truncated.narrate"] == len(notes)
 
 
 def test_a_cut_answer_is_never_salvaged_but_a_cut_narrative_is():
@@ -148,11 +147,11 @@ CUT = ('[[ ## answer ## ]]\nMi', "length")  # parses as the answer "Mi": only th
 FULL = (chat_reply(answer="Michael"), "stop")
 
 
-def test_a_truncated_reply_is_asked_again_with_twice_the_cap():
+def test_a_truncated_reply_is_asked_again_with_twice_the_cap(ledger):
     lm = _answer_lm([CUT, FULL])
     assert _answer(lm, parse_retries=0).answer == "Michael"  # the extra attempt does not need a parse retry
     assert [h["kwargs"].get("max_tokens") for h in lm.history] == [64, 128]
-    assert LEDGER.counters["truncation_retries.answer"] == 1
+    assert ledger.counters["truncation_retries.answer"] == 1
 
 
 def test_a_reply_truncated_again_at_twice_the_cap_raises_instead_of_being_used():
@@ -169,7 +168,7 @@ def test_a_cached_truncated_reply_is_not_used_either():
     assert lm.calls["AnswerQuestion"] == 2  # the second run was served from the cache
 
 
-def test_a_programming_error_in_a_stage_is_raised_at_once_not_retried():
+def test_a_programming_error_in_a_stage_is_raised_at_once_not_retried(ledger):
     calls = []
 
     class Broken(dspy.Module):
@@ -182,10 +181,10 @@ def test_a_programming_error_in_a_stage_is_raised_at_once_not_retried():
 
     with pytest.raises(TypeError, match="unsupported operand"):
         StagePredict(AnswerQuestion, "answer", parse_retries=3, predictor_class=Broken)(question="q", context="c")
-    assert len(calls) == 1 and "retries" not in LEDGER.counters
+    assert len(calls) == 1 and "retries" not in ledger.counters
 
 
-def test_truncation_is_seen_even_when_dspy_logging_is_silenced():
+def test_truncation_is_seen_even_when_dspy_logging_is_silenced(ledger):
     import logging
 
     logger = logging.getLogger("dspy.clients.lm")
@@ -196,4 +195,25 @@ def test_truncation_is_seen_even_when_dspy_logging_is_silenced():
         assert _answer(lm).answer == "Michael"
     finally:
         logger.setLevel(before)
-    assert "truncated.answer" not in LEDGER.counters  # the log note did not run; the finish reason told
+    assert "truncated.answer" not in ledger.counters  # the log note did not run; the finish reason told
+
+
+def test_a_re_ask_bypasses_the_cache_at_the_named_reroll_temperature():
+    from nemori_dspy.predict import REROLL_TEMPERATURE
+
+    configs = []
+
+    class Flaky(dspy.Module):
+        def __init__(self, signature):
+            super().__init__()
+
+        def forward(self, config=None, **kwargs):
+            configs.append(dict(config or {}))
+            if len(configs) == 1:
+                raise ValueError("reply did not parse")
+            return dspy.Prediction(answer="Michael")
+
+    pred = StagePredict(AnswerQuestion, "answer", max_tokens=64, predictor_class=Flaky)(question="q", context="c")
+    assert pred.answer == "Michael" and REROLL_TEMPERATURE > 0
+    assert configs[0] == {"max_tokens": 64}  # the first ask: the LM's own temperature, cache allowed
+    assert configs[1] == {"max_tokens": 64, "cache": False, "temperature": REROLL_TEMPERATURE, "rollout_id": 1}

@@ -17,10 +17,15 @@ from ..errors import LLMError
 from ..formatting import render_candidates, render_episode, render_messages, render_numbered_messages
 from ..types import Episode, StoredMessage, instant
 from ..recording import stage_meta
-from ..usage import LEDGER
+from ..usage import tally
 from .resources import Resources
 
-__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps"]
+__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS"]
+
+#: when P_nar / P_int return a narrative but an empty cue, the cue is the narrative's first this many characters:
+#: about a title's length (the paper's cues are one short phrase), so lists, P_sel's candidates and the embedded
+#: ``cue + narrative`` text still get a short label rather than a second copy of the narrative.
+CUE_FALLBACK_CHARS = 80
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +160,12 @@ class EpisodicIntegration(dspy.Module):
                                                                             self.res.settings.max_prompt_chars),
                                    message_count=n).groups
         except LLMError as exc:
-            LEDGER.count("partition_fallback_whole_window")
+            tally("partition_fallback_whole_window")
             log.warning("partition failed, using the whole window as one episode: %s", exc)
             reply = [list(range(1, n + 1))]
         groups, problems = repair_partition(reply, n)
         if problems:
-            LEDGER.count("partition_repairs")
+            tally("partition_repairs")
             log.info("partition reply repaired (%d problems): %s", len(problems), problems[:5])
         return [[messages[i - 1] for i in g] for g in groups]
 
@@ -175,7 +180,7 @@ class EpisodicIntegration(dspy.Module):
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")
         ids = [m.id for m in msgs]
-        return Episode(id=episode_id(user_id, ids), user_id=user_id, cue=cue or narrative[:80],
+        return Episode(id=episode_id(user_id, ids), user_id=user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=list(msgs),
                        start=_earliest((m.timestamp for m in msgs), s.naive_timezone),
                        end=_latest((m.timestamp for m in msgs), s.naive_timezone),
@@ -189,7 +194,7 @@ class EpisodicIntegration(dspy.Module):
         if not narrative:
             raise LLMError("integration returned an empty narrative. Fix: retry later or use a stronger model.")
         ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
-        return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:80],
+        return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=old.messages + new.messages,
                        start=_earliest((old.start, new.start), tz), end=_latest((old.end, new.end), tz),
                        vector=self.res.embed(f"{cue}\n{narrative}"), supersedes=[old.id, *old.supersedes],
@@ -220,7 +225,7 @@ class EpisodicIntegration(dspy.Module):
             target = self.choose(ep, cands)
             if target is not None:
                 merged = self.merge(target, ep, window)
-                LEDGER.count("episode_merges")
+                tally("episode_merges")
                 if target.id in out:
                     del out[target.id]
                 else:

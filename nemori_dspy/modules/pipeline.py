@@ -1,28 +1,32 @@
 """``NemoriPipeline``: the whole method as one ``dspy.Module`` graph with stable predictor names.
 
 Predictor names (for optimizers and save/load): ``episodic.{partition,narrate,select,integrate}``,
-``semantic.{anticipate,distill,consolidate,direct_distill}``, ``response.answer`` (each wraps a
-``.predict``). ``save(path)``/``load(path)`` round-trip instructions and demos of all of them.
+``semantic.{anticipate,distill,consolidate,direct_distill}`` (``semantic.summarize`` under flat
+management, Appendix A.1), ``response.answer`` (each wraps a ``.predict``); only the predictors the
+configuration runs exist (``semantic.anticipate``/``distill`` or ``semantic.direct_distill``;
+``semantic.consolidate`` with consolidation on). ``save(path)``/``load(path)`` round-trip instructions and
+demos of all of them.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import dspy
 
 from ..config import NemoriSettings
-from ..errors import LLMError
+from ..errors import ConfigError, LLMError
 from ..predict import StagePredict, load_predictor_class
 from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
-from ..usage import LEDGER
+from ..usage import tally
 from ..types import Episode
 from .episodic import EpisodicIntegration
 from .resources import Resources
 from .response import ResponseGeneration
+from .flat import FlatSummaryDistillation
 from .semantic import SemanticDistillation
 
 __all__ = ["NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
@@ -49,6 +53,13 @@ def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | 
                             parse_retries=settings.parse_retries, lm=stage_lms.get(name), predictor_class=cls)
 
     return make
+
+
+def _semantic_module(resources: Resources, make: Callable[[str], dspy.Module]) -> dspy.Module:
+    """The semantic management ``settings.semantic_management`` names: structured (§3.3) or flat (App. A.1)."""
+    if resources.settings.semantic_management == "flat":
+        return FlatSummaryDistillation(resources, make)
+    return SemanticDistillation(resources, make)
 
 
 @dataclass
@@ -80,7 +91,7 @@ class NemoriPipeline(dspy.Module):
         self.res = resources
         make = make or stage_factory(resources.settings)
         self.episodic = episodic or EpisodicIntegration(resources, make)
-        self.semantic = semantic or SemanticDistillation(resources, make)
+        self.semantic = semantic or _semantic_module(resources, make)
         self.response = response or ResponseGeneration(resources, make)
 
     def process_window(self, user_id: str, force: bool, report: ProcessReport) -> bool:
@@ -95,7 +106,7 @@ class NemoriPipeline(dspy.Module):
                 pred = self.episodic(user_id=user_id, messages=pending, window=window)
         except LLMError as exc:
             report.parked.append(f"window {window} ({len(pending)} messages stay buffered): {exc}")
-            LEDGER.count("parked_windows")
+            tally("parked_windows")
             return False
         store.commit_window(user_id, window, pred.episodes, pred.superseded)
         report.windows += 1
@@ -111,7 +122,7 @@ class NemoriPipeline(dspy.Module):
                     pred = self.semantic(user_id=user_id, episode=ep)
             except LLMError as exc:
                 report.parked.append(f"episode {ep.id} distillation: {exc}")
-                LEDGER.count("parked_distillations")
+                tally("parked_distillations")
                 continue
             self.res.store.commit_distillation(user_id, ep.id, pred.inserts, pred.deletes)
             report.distilled += 1
@@ -138,6 +149,24 @@ class NemoriPipeline(dspy.Module):
             if report.parked:
                 break
         return report
+
+    def load_state(self, state: dict, **kwargs: Any) -> "NemoriPipeline":
+        """DSPy's ``load_state``, with a clear error when the saved program lacks a predictor this
+        configuration runs (e.g. saved with ``distillation="direct"``, loaded with prediction-error
+        distillation). State of predictors this configuration does not run is ignored.
+
+        Raises:
+            ConfigError: a predictor of this pipeline has no state in ``state``.
+        """
+        missing = [name for name, _ in self.named_parameters() if name not in state]
+        if missing:
+            s = self.res.settings
+            raise ConfigError(f"the saved program has no state for {', '.join(missing)}, which this configuration "
+                              f"runs (distillation={s.distillation!r}, consolidation={s.consolidation}, "
+                              f"semantic_management={s.semantic_management!r}). Fix: load it with the settings it "
+                              "was saved with.")
+        super().load_state(state, **kwargs)
+        return self
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
         """Answer ``question`` from the user's memory (the graph's inference entry point)."""

@@ -1,17 +1,14 @@
-"""Shared, non-copied resources handed to modules: store, embedder, settings and a predictor factory."""
+"""Shared, non-copied resources handed to modules: store, embedder and settings (one set per ``Memory``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
-import dspy
 import numpy as np
 
 from ..config import NemoriSettings
 from ..embedders import Embedder
 from ..store.base import MemoryStore
-from ..usage import LEDGER
+from ..usage import tally
 
 __all__ = ["Resources"]
 
@@ -39,9 +36,7 @@ class Resources:
         cap = self.settings.max_message_chars
         clipped = [t[:cap] for t in texts]
         if any(len(t) > cap for t in texts):
-            LEDGER.count("embedder_inputs_clipped", sum(len(t) > cap for t in texts))
+            tally("embedder_inputs_clipped", sum(len(t) > cap for t in texts))
         arr = np.asarray(self.embedder.embed(clipped), dtype=np.float32)
         return arr.tolist()
 
-
-PredictorFactory = Callable[[str], dspy.Module]

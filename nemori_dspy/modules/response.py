@@ -19,16 +19,14 @@ class ResponseGeneration(dspy.Module):
     """``forward(user_id, question, use_memory=True)`` → ``dspy.Prediction(answer, context, retrieved, search_ms)``.
 
     Defaults k = 10, m = 2k = 20, r = 2 (§4.1). ``search_ms`` is retrieval wall time in milliseconds.
-    ``include_episodes``/``include_semantic``/``include_raw`` switch context parts off for the
-    paper's ablations (w/o e, w/o s, w/o p; §4.4).
+    ``context(..., include_episodes/include_semantic/include_raw=False)`` switches context parts off for
+    one call, for the paper's ablations (w/o e, w/o s, w/o p; §4.4).
     """
 
-    def __init__(self, resources: Resources, make: Callable[[str], dspy.Module], include_episodes: bool = True,
-                 include_semantic: bool = True, include_raw: bool = True) -> None:
+    def __init__(self, resources: Resources, make: Callable[[str], dspy.Module]) -> None:
         super().__init__()
         self.res = resources
         self.answer = make("answer")
-        self.include_episodes, self.include_semantic, self.include_raw = include_episodes, include_semantic, include_raw
 
     def retrieve(self, user_id: str, query: str, top_k: int | None = None, semantic_top_k: int | None = None,
                  only: Collection[str] | None = None, sources: Collection[str] | None = None) -> SearchResult:
@@ -43,23 +41,22 @@ class ResponseGeneration(dspy.Module):
         ep_kw = {} if only is None else {"only": only}
         sem_kw = {} if sources is None else {"sources": sources}
         return SearchResult(
-            episodes=self.res.store.search_episodes(user_id, vec, k, **ep_kw) if self.include_episodes and k else [],
-            semantic=self.res.store.search_semantic(user_id, vec, m, **sem_kw) if self.include_semantic and m else [])
+            episodes=self.res.store.search_episodes(user_id, vec, k, **ep_kw) if k else [],
+            semantic=self.res.store.search_semantic(user_id, vec, m, **sem_kw) if m else [])
 
-    def context(self, user_id: str, question: str, use_memory: bool = True, include_episodes: bool | None = None,
-                include_semantic: bool | None = None, include_raw: bool | None = None) -> dspy.Prediction:
+    def context(self, user_id: str, question: str, use_memory: bool = True, include_episodes: bool = True,
+                include_semantic: bool = True, include_raw: bool = True) -> dspy.Prediction:
         """The answer context P_ans sees for ``question``: the one code path for ``Memory.answer``, the eval
         harness and the optimizers (so what is tuned is exactly what runs).
 
-        ``include_*`` override this module's switches for one call (the eval's ablation systems).
+        ``include_*=False`` leaves that part out of this call's context (the eval's ablation systems): no
+        episode search, no semantic search, no raw messages.
 
         Returns:
             ``dspy.Prediction(context=str, retrieved=SearchResult, search_ms=float)``; ``context`` is "" when
             nothing was retrieved or ``use_memory`` is False; ``search_ms`` is retrieval wall time (ms).
         """
-        eps = self.include_episodes if include_episodes is None else include_episodes
-        sem = self.include_semantic if include_semantic is None else include_semantic
-        raw = self.include_raw if include_raw is None else include_raw
+        eps, sem, raw = include_episodes, include_semantic, include_raw
         t0 = time.perf_counter()
         retrieved = SearchResult()
         if use_memory:

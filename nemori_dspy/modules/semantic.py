@@ -18,7 +18,7 @@ import numpy as np
 from ..formatting import render_entries, render_fact, render_messages, strip_fact_date
 from ..noise import is_noise_insight, strip_noise
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
-from ..usage import LEDGER
+from ..usage import tally
 from .resources import Resources
 
 __all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "normalise_fact"]
@@ -98,7 +98,7 @@ def _clean_insights(raw: object) -> list[str]:
         if not t or not normalise_fact(t) or normalise_fact(t) in {normalise_fact(o) for o in out}:
             continue
         if is_noise_insight(t):
-            LEDGER.count("noise_insights_dropped")
+            tally("noise_insights_dropped")
             log.info("insight dropped as machine noise: %r", t[:200])
             continue
         out.append(t)
@@ -111,7 +111,7 @@ def _human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
     for m in messages:
         text = strip_noise(m.content)
         if not text:
-            LEDGER.count("noise_messages_skipped")
+            tally("noise_messages_skipped")
             continue
         out.append(m if text == m.content else m.model_copy(update={"content": text}))
     return out
@@ -129,6 +129,10 @@ class SemanticDistillation(dspy.Module):
     spans the union of its targets' and the episode's spans; a conflict's replacement spans the episode.
     P_ant's known facts, P_con's insight and candidates are shown with these dates (``render_fact``).
 
+    Predictors: ``anticipate`` and ``distill`` (``distillation="prediction_error"``) or ``direct_distill``
+    (``"direct"``), and ``consolidate`` when ``consolidation`` is on; a stage the configuration does not
+    run is None, so it is not in ``named_predictors()`` (nor in what optimizers tune and ``save()`` writes).
+
     Raises:
         LLMError: a stage failed after retries (the episode stays undistilled; retried next flush).
     """
@@ -136,18 +140,21 @@ class SemanticDistillation(dspy.Module):
     def __init__(self, resources: Resources, make: Callable[[str], dspy.Module]) -> None:
         super().__init__()
         self.res = resources
-        self.anticipate = make("anticipate")
-        self.distill = make("distill")
-        self.consolidate = make("consolidate")
-        self.direct_distill = make("direct_distill")
+        # only the predictors this configuration runs: the program optimizers tune and save() writes is what runs
+        s = resources.settings
+        direct = s.distillation == "direct"
+        self.anticipate = None if direct else make("anticipate")
+        self.distill = None if direct else make("distill")
+        self.consolidate = make("consolidate") if s.consolidation else None
+        self.direct_distill = make("direct_distill") if direct else None
 
     def evoke(self, user_id: str, episode: Episode) -> list[SemanticEntry]:
         """S_in = top-K_s entries with cosine > τ (§3.3.1), best first; counts empty contexts in the ledger."""
         s = self.res.settings
         hits = self.res.store.search_semantic(user_id, episode.vector, s.evoke_top_k, threshold=s.evoke_threshold)
-        LEDGER.count("evoke_calls")
+        tally("evoke_calls")
         if not hits:
-            LEDGER.count("evoke_empty")
+            tally("evoke_empty")
         return [h.entry for h in hits]
 
     def insights(self, user_id: str, episode: Episode) -> tuple[list[str], list[str]]:
@@ -160,7 +167,7 @@ class SemanticDistillation(dspy.Module):
         s = self.res.settings
         content = _human_messages(episode.messages)
         if not content:
-            LEDGER.count("distill_skipped_noise_only")
+            tally("distill_skipped_noise_only")
             return [], []
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         if self.res.settings.distillation == "direct":
@@ -185,7 +192,7 @@ class SemanticDistillation(dspy.Module):
         top = pool[:k]
         kept = top if floor is None else [(e, score) for e, score in top if score >= floor]
         if len(kept) < len(top):
-            LEDGER.count("consolidation.candidates_below_floor", len(top) - len(kept))
+            tally("consolidation.candidates_below_floor", len(top) - len(kept))
         return kept
 
     def apply(self, user_id: str, episode: Episode, insight: str, plan: Consolidation) -> None:
@@ -202,10 +209,10 @@ class SemanticDistillation(dspy.Module):
         into ``merged_text`` is removed (the merged entry carries the union span instead).
         """
         if plan.holds(insight):
-            LEDGER.count("insight_duplicates_skipped")
+            tally("insight_duplicates_skipped")
             log.debug("insight %r is already in memory; skipped", insight)
             if plan.redate(insight, episode, self.res.settings.naive_timezone):
-                LEDGER.count("insight_duplicates_redated")
+                tally("insight_duplicates_redated")
             return
         vec = self.res.embed(insight)
         new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
@@ -213,10 +220,10 @@ class SemanticDistillation(dspy.Module):
                                   event_end=episode.end)
         cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
         if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
-            LEDGER.count("insight_duplicates")
+            tally("insight_duplicates")
         if not cands:
             plan.inserts.append(new_entry)
-            LEDGER.count("consolidation.new")
+            tally("consolidation.new")
             return
         d = self.consolidate(insight=render_fact(new_entry),
                              existing_entries=render_entries([render_fact(e) for e, _ in cands]))
@@ -232,7 +239,7 @@ class SemanticDistillation(dspy.Module):
             action, targets, replacement = "new", [], new_entry
         _retire(plan, targets, replacement, action)
         plan.inserts.append(replacement)
-        LEDGER.count(f"consolidation.{action}")
+        tally(f"consolidation.{action}")
 
     def _merged(self, user_id: str, episode: Episode, text: str, targets: list[SemanticEntry]) -> SemanticEntry:
         """The entry replacing merged ``targets``: sources and event span are the union of theirs and the episode's."""
@@ -249,7 +256,7 @@ class SemanticDistillation(dspy.Module):
         plan = Consolidation(stored={e.id: normalise_fact(e.text) for e in live}, entries={e.id: e for e in live})
         for insight in found:
             self.apply(user_id, episode, insight, plan)
-        LEDGER.count("insights", len(found))
+        tally("insights", len(found))
         return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
 
 
@@ -258,7 +265,7 @@ def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: Sema
     if not targets:
         return
     plan.remove([t.id for t in targets])
-    LEDGER.count("consolidation.deleted", len(targets))
+    tally("consolidation.deleted", len(targets))
     for t in targets:
         log.info("consolidation %s deletes %s %r, replaced by %s %r", action, t.id, t.text, replacement.id,
                  replacement.text)

@@ -276,7 +276,7 @@ def create_app(memory: Memory, processor: BackgroundProcessor, token: str | None
 
     def _status(user_id: str) -> dict[str, Any]:
         st = memory.status(user_id)
-        st.pop("counters", None)  # process-wide figures: not one user's business
+        st.pop("counters", None)  # the whole memory's figures (all users): not one user's business
         return {**st, **processor.state(user_id)}
 
     @r.get("/users/{user_id}/status", tags=["users"])

@@ -14,7 +14,6 @@ from nemori_dspy.eval.judge import (
     as_panel,
 )
 from nemori_dspy.signatures import SIGNATURES, JudgeAnswerStrict, signature_hash
-from nemori_dspy.usage import LEDGER
 from tests.fakes import ScriptedLM, chat_reply, default_responders
 
 EX = dspy.Example(question="When did she move?", answer="7 March 2022")
@@ -27,7 +26,7 @@ def lm():
         yield lm
 
 
-def test_strict_judge_has_its_own_prompt_stage_and_hash(lm):
+def test_strict_judge_has_its_own_prompt_stage_and_hash(lm, ledger):
     strict, generous = LLMJudge(strict=True), LLMJudge()
     assert SIGNATURES["judge_strict"] is JudgeAnswerStrict
     assert strict.prompt_hash == JUDGE_STRICT_PROMPT_HASH == signature_hash(JudgeAnswerStrict) != JUDGE_PROMPT_HASH
@@ -37,17 +36,17 @@ def test_strict_judge_has_its_own_prompt_stage_and_hash(lm):
     assert strict(EX, dspy.Prediction(answer="March 2022")) == 0.0
     assert strict(EX, dspy.Prediction(answer="7 March 2022")) == 1.0
     assert [name for name, _ in lm.prompts] == ["JudgeAnswer", "JudgeAnswerStrict", "JudgeAnswerStrict"]
-    assert LEDGER.snapshot()["judge_strict"].calls == 2 and LEDGER.snapshot()["judge"].calls == 1
+    assert ledger.snapshot()["judge_strict"].calls == 2 and ledger.snapshot()["judge"].calls == 1
 
 
 @pytest.mark.parametrize("facts,contradicts", [(False, False), (True, True)])
-def test_strict_CORRECT_stands_only_with_its_own_findings(facts, contradicts):
+def test_strict_CORRECT_stands_only_with_its_own_findings(facts, contradicts, ledger):
     lm = ScriptedLM({"JudgeAnswerStrict": lambda i: chat_reply(
         key_facts_present=facts, contradicts_gold=contradicts, label="CORRECT")})
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        before = LEDGER.counters.get("judge_strict_overrides", 0)
+        before = ledger.counters.get("judge_strict_overrides", 0)
         assert LLMJudge(strict=True)(EX, dspy.Prediction(answer="in 2022")) == 0.0
-    assert LEDGER.counters["judge_strict_overrides"] == before + 1
+    assert ledger.counters["judge_strict_overrides"] == before + 1
 
 
 def test_panel_scores_every_judge_and_reports_their_hashes(lm):

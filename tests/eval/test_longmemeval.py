@@ -32,7 +32,6 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalPreference,
     JudgeLongMemEvalTemporal,
 )
-from nemori_dspy.usage import LEDGER
 from tests.fakes import LongMemEvalLM, chat_reply
 from tests.fakes import longmemeval_questions as _questions
 from tests.fakes import write_json as _write
@@ -209,7 +208,7 @@ def test_signature_routing_table():
         judge_signature("adversarial")
 
 
-def test_judge_routes_loaded_questions(judge_lm, qs, caplog):
+def test_judge_routes_loaded_questions(judge_lm, qs, caplog, ledger):
     with caplog.at_level(logging.INFO, logger="nemori_dspy.eval.longmemeval_judge"):
         judge = LongMemEvalJudge()
     assert judge.model == "openai/scripted"
@@ -234,7 +233,7 @@ def test_judge_routes_loaded_questions(judge_lm, qs, caplog):
     assert judge_lm.prompts[0][1]["gold_answer"] == "3"
     assert "hiking" in judge_lm.prompts[1][1]["rubric"]
     assert "dog" in judge_lm.prompts[3][1]["explanation"]
-    assert LEDGER.snapshot()["judge"].calls == 5  # charged to the "judge" stage
+    assert ledger.snapshot()["judge"].calls == 5  # charged to the "judge" stage
 
 
 def test_judge_other_types_and_abstention_from_id(judge_lm):

@@ -221,3 +221,17 @@ def test_naive_timestamps_are_read_in_the_configured_zone(tmp_path):
 def test_an_unknown_naive_timezone_is_a_settings_error():
     with pytest.raises(ValueError, match="naive_timezone"):
         NemoriSettings(naive_timezone="Mars/Olympus")
+
+
+def test_an_episode_narrated_without_a_cue_is_labelled_by_its_narrative_start(tmp_path):
+    from nemori_dspy.modules.episodic import CUE_FALLBACK_CHARS
+
+    narrative = "Melanie and Caroline talked about topics zero and one, then planned a camping trip " * 3
+    responders = default_responders()
+    responders["PartitionMessages"] = lambda i: chat_reply(groups=[list(range(1, 11))])
+    responders["NarrateEpisode"] = lambda i: chat_reply(cue="", narrative=narrative)
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem.add_messages("u", _messages(10))
+    (ep,) = mem.list_episodes("u")
+    assert ep.cue == narrative.strip()[:CUE_FALLBACK_CHARS] and len(ep.cue) == CUE_FALLBACK_CHARS < len(ep.narrative)

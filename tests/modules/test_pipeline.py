@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import json
+
 import dspy
+import pytest
 
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
@@ -17,7 +20,7 @@ from tests.fakes import ScriptedLM, chat_reply, default_responders
 NAMES = {
     "episodic.partition.predict", "episodic.narrate.predict", "episodic.select.predict",
     "episodic.integrate.predict", "semantic.anticipate.predict", "semantic.distill.predict",
-    "semantic.consolidate.predict", "semantic.direct_distill.predict", "response.answer.predict",
+    "semantic.consolidate.predict", "response.answer.predict",
 }
 
 
@@ -27,6 +30,37 @@ def _pipeline(tmp_path, **settings):
 
 def test_predictor_names_are_stable(tmp_path):
     assert {name for name, _ in _pipeline(tmp_path).named_predictors()} == NAMES
+
+
+def test_only_the_predictors_a_configuration_runs_are_in_the_program(tmp_path):
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.optimizers.programs import PIPELINE_PATHS, pipeline_stage
+
+    direct = _pipeline(tmp_path, distillation="direct", consolidation=False)
+    names = {name for name, _ in direct.named_predictors()}
+    assert names == NAMES - {"semantic.anticipate.predict", "semantic.distill.predict",
+                             "semantic.consolidate.predict"} | {"semantic.direct_distill.predict"}
+    assert {n.rsplit(".", 1)[0] for n in names} <= set(PIPELINE_PATHS.values())
+    assert pipeline_stage(direct, "direct_distill") is direct.semantic.direct_distill
+    with pytest.raises(ConfigError, match="'distill' is not run by this configuration"):
+        pipeline_stage(direct, "distill")
+    direct.save(str(tmp_path / "direct.json"))
+    assert not any(k.startswith(("semantic.distill", "semantic.anticipate", "semantic.consolidate"))
+                   for k in json.loads((tmp_path / "direct.json").read_text()))
+
+
+def test_a_program_saved_with_more_stages_loads_into_one_that_runs_fewer(tmp_path):
+    full = _pipeline(tmp_path)
+    full.save(str(tmp_path / "full.json"))
+    _pipeline(tmp_path, consolidation=False).load(str(tmp_path / "full.json"))
+
+
+def test_a_program_lacking_a_predictor_this_configuration_runs_is_refused_by_name(tmp_path):
+    from nemori_dspy.errors import ConfigError
+
+    _pipeline(tmp_path, distillation="direct").save(str(tmp_path / "direct.json"))
+    with pytest.raises(ConfigError, match="no state for semantic.anticipate.predict, semantic.distill.predict"):
+        _pipeline(tmp_path).load(str(tmp_path / "direct.json"))
 
 
 def test_save_and_load_round_trip_instructions_and_demos(tmp_path):
@@ -93,3 +127,13 @@ def test_a_conversation_re_sent_under_new_ids_adds_no_facts(tmp_path):
         mem.add_messages("u", [{**m, "id": "again-" + m["id"]} for m in talk])
         assert mem.status("u")["to_distill"] == 0
     assert sorted(e.text for e in mem.list_semantic("u")) == before and len(before) == 10
+
+
+def test_a_stage_flat_management_does_not_run_is_named_not_an_attribute_error(tmp_path):
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.optimizers.programs import pipeline_stage
+
+    flat = _pipeline(tmp_path, semantic_management="flat")
+    assert pipeline_stage(flat, "summarize") is flat.semantic.summarize
+    with pytest.raises(ConfigError, match="'consolidate' is not run by this configuration"):
+        pipeline_stage(flat, "consolidate")

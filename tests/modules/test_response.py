@@ -82,3 +82,13 @@ def test_known_facts_show_event_dates_in_similarity_order_never_the_ingestion_da
                      "- (2023-05-20 to 2023-06-02) Caroline moved to Denver.", "- Caroline likes hiking."]
     sent = lm.prompts[-1][1]["context"]
     assert "(2023-05-20 to 2023-06-02) Caroline moved to Denver." in sent and "2030-01-01" not in sent
+
+
+def test_context_parts_are_switched_per_call_not_by_unused_constructor_flags():
+    import inspect
+
+    from nemori_dspy.modules.response import ResponseGeneration
+
+    assert list(inspect.signature(ResponseGeneration.__init__).parameters) == ["self", "resources", "make"]
+    assert {"include_episodes", "include_semantic", "include_raw"} <= set(
+        inspect.signature(ResponseGeneration.context).parameters)

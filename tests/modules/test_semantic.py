@@ -14,7 +14,6 @@ from nemori_dspy.modules.resources import Resources
 from nemori_dspy.modules.semantic import SemanticDistillation
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import Episode, SemanticEntry, StoredMessage
-from nemori_dspy.usage import LEDGER
 from tests.fakes import ScriptedLM, TableEmbedder, chat_reply, default_responders, unit_vector
 
 
@@ -44,18 +43,18 @@ def test_evocation_keeps_only_entries_with_cosine_above_tau(tmp_path):
     _seed(store, {"close": unit_vector(30), "just above": unit_vector(44), "just below": unit_vector(46), "far": unit_vector(80)})
     lm = ScriptedLM(default_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+        pred = _module(store, TableEmbedder({}), None, evoke_threshold=0.70)(user_id="u", episode=_episode(unit_vector(0)))
     assert pred.evoked == ["close", "just above"]
     anticipate = [inp for name, inp in lm.prompts if name == "AnticipateEpisode"][0]
     assert "just above" in anticipate["known_facts"] and "just below" not in anticipate["known_facts"]
 
 
-def test_empty_evoked_context_is_counted(tmp_path):
+def test_empty_evoked_context_is_counted(tmp_path, ledger):
     store = SQLiteStore(tmp_path / "m.db")
     store.check_embedder("table-3", 3)
     with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
         _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
-    assert LEDGER.counters["evoke_empty"] == 1 and LEDGER.counters["evoke_calls"] == 1
+    assert ledger.counters["evoke_empty"] == 1 and ledger.counters["evoke_calls"] == 1
 
 
 def _consolidate(tmp_path, reply: str, insight="Caroline adopted a dog named Rex in May 2023."):
@@ -156,13 +155,13 @@ def _bob_vs_alice(tmp_path, reply: str, **settings):
     return {e.text for e in store.list_semantic("u")}, lm
 
 
-def test_conflict_naming_an_entry_below_the_similarity_floor_deletes_nothing(tmp_path):
+def test_conflict_naming_an_entry_below_the_similarity_floor_deletes_nothing(tmp_path, ledger):
     # with the floor only [1] 'Bob moved house.' is a candidate: target 2 (Alice without the floor) is out of range
     live, lm = _bob_vs_alice(tmp_path, chat_reply(action="conflict", targets=[2], merged_text=""))
     assert live == {"Bob moved house.", "Alice lives in Paris.", "Bob lives in Berlin."}
     shown = [inp["existing_entries"] for name, inp in lm.prompts if name == "ConsolidateKnowledge"]
     assert shown == ["[1] Bob moved house."]
-    assert "consolidation.deleted" not in LEDGER.counters
+    assert "consolidation.deleted" not in ledger.counters
 
 
 def test_without_the_floor_p_con_sees_and_can_delete_an_unrelated_entry(tmp_path):
@@ -172,7 +171,7 @@ def test_without_the_floor_p_con_sees_and_can_delete_an_unrelated_entry(tmp_path
     assert "Alice lives in Paris." not in live
 
 
-def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path):
+def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path, ledger):
     store = SQLiteStore(tmp_path / "m.db")
     _seed(store, {"Alice lives in Paris.": unit_vector(np.rad2deg(np.arccos(0.06))),
                   "Melanie paints.": unit_vector(np.rad2deg(np.arccos(0.49)))})
@@ -185,7 +184,7 @@ def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path):
             user_id="u", episode=_episode(unit_vector(0)))
     assert "ConsolidateKnowledge" not in lm.calls
     assert [e.text for e in pred.inserts] == ["Bob lives in Berlin."] and pred.deletes == []
-    assert LEDGER.counters["consolidation.new"] == 1
+    assert ledger.counters["consolidation.new"] == 1
 
 
 def test_a_lower_floor_lets_the_entry_through(tmp_path):
@@ -194,12 +193,12 @@ def test_a_lower_floor_lets_the_entry_through(tmp_path):
     assert "Alice lives in Paris." not in live
 
 
-def test_every_deletion_is_logged_with_both_texts_and_counted(tmp_path, caplog):
+def test_every_deletion_is_logged_with_both_texts_and_counted(tmp_path, caplog, ledger):
     with caplog.at_level("INFO", logger="nemori_dspy.modules.semantic"):
         live, _ = _bob_vs_alice(tmp_path, chat_reply(action="merge", targets=[1],
                                                      merged_text="Bob moved house to Berlin."))
     assert "Bob moved house." not in live and "Bob moved house to Berlin." in live
-    assert LEDGER.counters["consolidation.deleted"] == 1
+    assert ledger.counters["consolidation.deleted"] == 1
     line = [r.getMessage() for r in caplog.records if "deletes" in r.getMessage()]
     assert len(line) == 1 and "'Bob moved house.'" in line[0] and "'Bob moved house to Berlin.'" in line[0]
 
@@ -212,7 +211,7 @@ def test_similarity_floor_accepts_off_words():
 
 # --- exact duplicates (case, whitespace, trailing punctuation) are not stored twice and cost no P_con call
 
-def test_an_insight_already_stored_is_skipped_without_p_con(tmp_path):
+def test_an_insight_already_stored_is_skipped_without_p_con(tmp_path, ledger):
     store = SQLiteStore(tmp_path / "m.db")
     _seed(store, {"Caroline  likes dogs.": unit_vector(10)})
     responders = default_responders()
@@ -228,10 +227,10 @@ def test_an_insight_already_stored_is_skipped_without_p_con(tmp_path):
     [redated] = [e for e in pred.inserts if e.id == "s0"]
     assert redated.text == "Caroline  likes dogs." and redated.event_start == datetime(2023, 5, 8, 13, 0)
     assert lm.calls.get("ConsolidateKnowledge", 0) == 1  # only for the one new insight
-    assert LEDGER.counters["insight_duplicates_skipped"] == 1
+    assert ledger.counters["insight_duplicates_skipped"] == 1
 
 
-def test_an_insight_equal_to_one_pending_in_the_same_episode_is_skipped(tmp_path):
+def test_an_insight_equal_to_one_pending_in_the_same_episode_is_skipped(tmp_path, ledger):
     store = SQLiteStore(tmp_path / "m.db")
     store.check_embedder("table-3", 3)
     plan_texts = ["Bob lives in Berlin.", "Bob moved to Berlin in 2022.", "bob has lived in berlin since 2022"]
@@ -244,7 +243,7 @@ def test_an_insight_equal_to_one_pending_in_the_same_episode_is_skipped(tmp_path
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
     assert [e.text for e in pred.inserts] == ["Bob has lived in Berlin since 2022."]
-    assert LEDGER.counters["insight_duplicates_skipped"] == 1 and lm.calls["ConsolidateKnowledge"] == 1
+    assert ledger.counters["insight_duplicates_skipped"] == 1 and lm.calls["ConsolidateKnowledge"] == 1
 
 
 def test_a_deleted_entry_does_not_count_as_a_duplicate():
@@ -281,14 +280,14 @@ def _distill_noisy(tmp_path, contents, insights):
     return pred, lm, ep
 
 
-def test_tracebacks_and_heartbeats_are_not_sent_to_the_distiller(tmp_path):
+def test_tracebacks_and_heartbeats_are_not_sent_to_the_distiller(tmp_path, ledger):
     pred, lm, ep = _distill_noisy(tmp_path, [TB, "[heartbeat] ok", "I adopted a dog named Rex!"],
                                   ["Caroline adopted a dog named Rex.", "ValueError: bad row"])
     sent = [inp["episode_messages"] for name, inp in lm.prompts if name == "DistillPredictionError"][0]
     assert "Rex" in sent and "Traceback" not in sent and "heartbeat" not in sent
     assert [e.text for e in pred.inserts] == ["Caroline adopted a dog named Rex."]  # the quoted error is dropped
     assert ep.messages[0].content == TB  # the raw messages stay as they were
-    assert LEDGER.counters["noise_messages_skipped"] == 2 and LEDGER.counters["noise_insights_dropped"] == 1
+    assert ledger.counters["noise_messages_skipped"] == 2 and ledger.counters["noise_insights_dropped"] == 1
 
 
 def test_an_episode_of_noise_only_is_not_distilled(tmp_path):
@@ -296,9 +295,9 @@ def test_an_episode_of_noise_only_is_not_distilled(tmp_path):
     assert pred.inserts == [] and pred.deletes == [] and lm.calls == {}
 
 
-def test_an_empty_insight_list_parses_and_stores_nothing(tmp_path):
+def test_an_empty_insight_list_parses_and_stores_nothing(tmp_path, ledger):
     pred, lm, _ = _distill_noisy(tmp_path, ["We just said hello."], [])
-    assert pred.inserts == [] and pred.insights == [] and LEDGER.counters.get("retries", 0) == 0
+    assert pred.inserts == [] and pred.insights == [] and ledger.counters.get("retries", 0) == 0
 
 
 # --- event time: a fact carries the span of its source episodes, never its ingestion time
@@ -390,7 +389,7 @@ def test_a_merge_of_an_undated_entry_keeps_the_episode_span(tmp_path):
     assert merged.event_start == merged.event_end == datetime(2023, 5, 8, 13, 0)
 
 
-def test_a_fact_restated_later_is_re_dated_not_duplicated(tmp_path):
+def test_a_fact_restated_later_is_re_dated_not_duplicated(tmp_path, ledger):
     """'Caroline lives in Boston.' stated in March and again on 8-9 May: no second copy and no P_con call,
     but the stored entry's span grows to cover May, so it is not mistaken for older than a fact of April."""
     store = SQLiteStore(tmp_path / "m.db")
@@ -405,7 +404,7 @@ def test_a_fact_restated_later_is_re_dated_not_duplicated(tmp_path):
     assert (e.id, e.text) == ("s0", "Caroline lives in Boston.")
     assert (e.event_start, e.event_end) == (datetime(2023, 3, 1, 9), datetime(2023, 5, 9, 10, 0))
     assert "ep_new" in e.source_episode_ids
-    assert "ConsolidateKnowledge" not in lm.calls and LEDGER.counters["insight_duplicates_redated"] == 1
+    assert "ConsolidateKnowledge" not in lm.calls and ledger.counters["insight_duplicates_redated"] == 1
     # the same episode again changes nothing
     with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
         again = _module(store, TableEmbedder({}), None)(user_id="u", episode=_spanning_episode(unit_vector(0)))
@@ -421,3 +420,12 @@ def test_a_re_dated_entry_is_one_candidate_and_a_conflict_on_it_deletes_the_stor
     assert [e.id for e in plan.inserts] == ["s0"] and plan.inserts[0].event_start == datetime(2023, 5, 8, 13, 0)
     plan.remove(["s0"])
     assert plan.inserts == [] and plan.deletes == ["s0"]
+
+
+def test_default_tau_is_the_embedders_measured_one():
+    from nemori_dspy.config import EVOKE_THRESHOLDS, PAPER_EVOKE_THRESHOLD
+
+    assert NemoriSettings().evoke_threshold == EVOKE_THRESHOLDS["all-MiniLM-L6-v2"] == 0.40
+    assert NemoriSettings(embedder="openai/text-embedding-3-small").evoke_threshold == PAPER_EVOKE_THRESHOLD == 0.70
+    assert NemoriSettings(embedder="hashing-64").evoke_threshold == PAPER_EVOKE_THRESHOLD  # not measured: the paper's
+    assert NemoriSettings(evoke_threshold=0.55).evoke_threshold == 0.55  # an explicit τ wins
