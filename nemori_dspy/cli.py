@@ -129,7 +129,7 @@ def _longmemeval_parser(ev: Any) -> None:
 
 def _optimize_parser(sub: Any) -> None:
     """``optimize``: tune stages against a LoCoMo slice (``optimizers/tune.py``)."""
-    from .optimizers.optimize import OPTIMIZERS  # light: pydantic + the metrics module, no model
+    from .optimizers.names import OPTIMIZERS  # a constant: no dspy, no metrics module
 
     op = sub.add_parser("optimize", help="tune stage prompts with a DSPy optimizer on a LoCoMo slice; dev before/after")
     op.add_argument("--stage", required=True, help="stage(s), comma-separated, tuned in pipeline order: narrate, "

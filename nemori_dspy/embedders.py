@@ -4,18 +4,23 @@ Every embedder satisfies :class:`Embedder`: ``embed(texts)`` returns a ``numpy.n
 dtype float32 and shape ``(len(texts), dim)`` whose rows have L2 norm 1 (an all-zero row is
 left at zero), so cosine similarity is a plain dot product.
 
-* :class:`SentenceTransformerEmbedder` — local sentence-transformers model (default
-  all-MiniLM-L6-v2, 384-d), CPU.
+* :class:`OnnxMiniLMEmbedder` — the default all-MiniLM-L6-v2 (384-d) on ONNX Runtime through fastembed, no
+  torch; reads ``<model folder>/onnx/`` written once by ``python -m nemori_dspy.onnx_export``.
+* :class:`SentenceTransformerEmbedder` — local sentence-transformers model (all-MiniLM-L6-v2), CPU, torch.
+  Both MiniLM routes give the same vectors (cosine ≥ 0.999, tested) under the same ``name``, so a store
+  built with one is read with the other.
 * :class:`LiteLLMEmbedder` — any litellm embedding model (``openai/text-embedding-3-small``...).
 * :class:`HashingEmbedder` — dependency-free bag-of-words hashing, for tests and offline smoke runs.
 
-Heavy libraries (sentence_transformers/torch, litellm) are imported inside constructors or on
+Heavy libraries (fastembed/onnxruntime, sentence_transformers/torch, litellm) are imported inside constructors or on
 first use, never at module import: ``import nemori_dspy.embedders`` costs only numpy.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import logging
 import os
 import re
 from pathlib import Path
@@ -32,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Embedder",
     "SentenceTransformerEmbedder",
+    "OnnxMiniLMEmbedder",
+    "find_minilm_onnx_dir",
     "LiteLLMEmbedder",
     "HashingEmbedder",
     "resolve_embedder",
@@ -43,6 +50,7 @@ __all__ = [
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -200,6 +208,8 @@ class SentenceTransformerEmbedder:
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.source!r}, dim={self.dim})"
 
+    backend = "torch"
+
 
 class _quiet_progress_bars:
     """Silence transformers' "Loading weights" progress bar while a model loads, then restore it."""
@@ -217,6 +227,76 @@ class _quiet_progress_bars:
     def __exit__(self, *exc: object) -> None:
         if self._hf is not None and self._was:
             self._hf.enable_progress_bar()
+
+
+# --------------------------------------------------------------------------- ONNX Runtime (fastembed)
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 on ONNX Runtime through fastembed (mean pooling + L2 norm, as sentence-transformers).
+
+    No torch: ``fastembed`` (onnxruntime + tokenizers) is imported here, in ``__init__``. The folder is the
+    one ``python -m nemori_dspy.onnx_export`` writes (``model.onnx``, ``tokenizer.json``,
+    ``tokenizer_config.json`` with ``model_max_length`` 256). Vectors match
+    :class:`SentenceTransformerEmbedder`'s within cosine 0.999, so ``name`` is the same
+    (``all-MiniLM-L6-v2``) and stores built by either route stay valid; ``backend`` tells them apart.
+
+    Args:
+        folder: the ONNX folder (``<model folder>/onnx``).
+        threads: ONNX Runtime intra-op threads (None: onnxruntime's default, the machine's cores).
+        batch_size: texts per forward pass.
+
+    Attributes:
+        name, dim (384), max_seq_length (tokens incl. specials), truncated (inputs cut at the window),
+        backend (``"onnx"``).
+
+    Raises:
+        ConfigError: fastembed is missing, or the folder lacks ``model.onnx`` / ``tokenizer.json``.
+    """
+
+    backend = "onnx"
+
+    def __init__(self, folder: str | os.PathLike[str], *, threads: int | None = None, batch_size: int = 64) -> None:
+        folder = Path(folder)
+        if not (folder / "model.onnx").is_file() or not (folder / "tokenizer.json").is_file():
+            raise ConfigError(f"no ONNX model in {folder} (model.onnx, tokenizer.json). Fix: run "
+                              "python -m nemori_dspy.onnx_export, or set NEMORI_EMBEDDER_BACKEND=torch.")
+        try:
+            from fastembed import TextEmbedding
+            from tokenizers import Tokenizer
+        except ImportError as e:
+            raise ConfigError("fastembed is not installed (the ONNX route of all-MiniLM-L6-v2). Fix: pip install "
+                              "'nemori-dspy[onnx]', or set NEMORI_EMBEDDER_BACKEND=torch.") from e
+        self._model = TextEmbedding(MINILM_HUB_ID, specific_model_path=str(folder), threads=threads)
+        self._counter = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._counter.no_truncation()
+        self._counter.no_padding()
+        import json
+
+        self.max_seq_length = int(json.loads((folder / "tokenizer_config.json").read_text())["model_max_length"])
+        self.source = str(folder)
+        self.name = MINILM_NAME
+        self.dim = 384
+        self.batch_size = batch_size
+        self.truncated = 0
+
+    def _count_truncated(self, texts: list[str]) -> int:
+        """Inputs longer than ``max_seq_length`` tokens; only texts longer than that in characters are tokenized."""
+        cands = [t for t in texts if len(t) > self.max_seq_length - 2]
+        if not cands:
+            return 0
+        return sum(1 for enc in self._counter.encode_batch(cands) if len(enc.ids) > self.max_seq_length)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``; returns float32 ``(len(texts), 384)``, rows L2-normalised (inputs past 256 tokens
+        are truncated and counted in ``self.truncated``)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.truncated += self._count_truncated(texts)
+        with embedding_call(len(texts)):
+            vecs = np.stack(list(self._model.embed(list(texts), batch_size=self.batch_size)))
+        return np.asarray(vecs, dtype=np.float32)
+
+    def __repr__(self) -> str:
+        return f"OnnxMiniLMEmbedder({self.source!r}, dim={self.dim})"
 
 
 # --------------------------------------------------------------------------- litellm
@@ -342,12 +422,37 @@ def find_minilm_dir(settings: "NemoriSettings | None" = None) -> Path | None:
     return None
 
 
+def find_minilm_onnx_dir(model_dir: Path | None) -> Path | None:
+    """``model_dir/onnx`` when it holds ``model.onnx`` and ``tokenizer.json`` (see ``nemori_dspy.onnx_export``)."""
+    if model_dir is None:
+        return None
+    folder = Path(model_dir) / "onnx"
+    return folder if (folder / "model.onnx").is_file() and (folder / "tokenizer.json").is_file() else None
+
+
+def _minilm(settings: "NemoriSettings") -> Embedder:
+    """The MiniLM route ``settings.embedder_backend`` picks: ``onnx``, ``torch``, or ``auto`` (ONNX when its
+    folder and fastembed are there, else sentence-transformers, logged once at INFO)."""
+    folder = find_minilm_dir(settings)
+    backend = settings.embedder_backend
+    if backend != "torch":
+        onnx = find_minilm_onnx_dir(folder)
+        if backend == "onnx" or (onnx is not None and importlib.util.find_spec("fastembed") is not None):
+            if onnx is None:
+                raise ConfigError(f"embedder_backend=onnx but no ONNX model under {folder or MINILM_NAME}. Fix: run "
+                                  "python -m nemori_dspy.onnx_export, or set NEMORI_EMBEDDER_BACKEND=torch.")
+            return OnnxMiniLMEmbedder(onnx)
+        _log.info("all-MiniLM-L6-v2 on sentence-transformers (torch): %s", "no onnx/ folder (python -m "
+                  "nemori_dspy.onnx_export writes it)" if onnx is None else "fastembed is not installed")
+    return SentenceTransformerEmbedder(folder if folder is not None else MINILM_HUB_ID)
+
+
 def resolve_embedder(settings: "NemoriSettings") -> Embedder:
     """Build the embedder ``settings.embedder`` names.
 
-    * ``"all-MiniLM-L6-v2"`` (or ``sentence-transformers/all-MiniLM-L6-v2``) → a
-      :class:`SentenceTransformerEmbedder` on the first local folder (see :func:`find_minilm_dir`),
-      else the Hub id ``sentence-transformers/all-MiniLM-L6-v2``.
+    * ``"all-MiniLM-L6-v2"`` (or ``sentence-transformers/all-MiniLM-L6-v2``) → on the first local folder (see
+      :func:`find_minilm_dir`): :class:`OnnxMiniLMEmbedder` on its ``onnx/`` subfolder, or
+      :class:`SentenceTransformerEmbedder` (folder, else the Hub id), as ``settings.embedder_backend`` says.
     * ``"sentence-transformers/<model>"`` (e.g. ``sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2``,
       384-d, 50+ languages) → :class:`SentenceTransformerEmbedder` on ``settings.embedder_path`` if set,
       else the Hub id.
@@ -357,12 +462,12 @@ def resolve_embedder(settings: "NemoriSettings") -> Embedder:
       server (which serves no embeddings).
 
     Raises:
-        ConfigError: the local model folder is invalid or cannot be loaded.
+        ConfigError: the local model folder is invalid or cannot be loaded; ``embedder_backend="onnx"``
+            without an ONNX folder or fastembed.
     """
     name = settings.embedder.strip()
     if name in (MINILM_NAME, MINILM_HUB_ID):
-        folder = find_minilm_dir(settings)
-        return SentenceTransformerEmbedder(folder if folder is not None else MINILM_HUB_ID)
+        return _minilm(settings)
     if name.startswith("sentence-transformers/"):  # e.g. the multilingual paraphrase-multilingual-MiniLM-L12-v2
         return SentenceTransformerEmbedder(settings.embedder_path or name)
     m = re.fullmatch(r"hashing(?:-(\d+))?", name)

@@ -23,11 +23,9 @@ import dspy
 from pydantic import BaseModel, Field
 
 from nemori_dspy.eval.metrics import mean_ci95
+from nemori_dspy.optimizers.names import OPTIMIZERS
 
 __all__ = ["OPTIMIZERS", "check_available", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program", "DevScore"]
-
-#: optimizer names accepted by ``make_optimizer`` (the ones dspy 3.4 ships).
-OPTIMIZERS: tuple[str, ...] = ("bootstrap", "labeled", "mipro", "gepa", "simba")
 
 _SIMBA_STEPS = {"light": 4, "medium": 8, "heavy": 12}
 

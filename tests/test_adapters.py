@@ -87,3 +87,33 @@ def test_a_nothing_reply_through_the_stage_costs_no_retry(ledger):
     with dspy.context(lm=lm, adapter=LenientChatAdapter()):
         assert stage(episode_messages="m", predicted_episode="p").insights == []
     assert ledger.counters.get("retries", 0) == 0 and lm.calls == {"DistillPredictionError": 1}
+
+
+def _inputs(sig):
+    values = {str: "Caroline: hi\nMelanie: {\"a\": 1} – ünïcode", int: 7, list[str]: ["fact one", "fact two"]}
+    return {name: values.get(f.annotation, "x") for name, f in sig.input_fields.items()}
+
+
+def _outputs(sig):
+    values = {str: "an answer", int: 3, list[str]: ["a", "b"], list[int]: [1, 2], bool: True}
+    return {name: values.get(f.annotation, "new") for name, f in sig.output_fields.items()}
+
+
+@pytest.mark.parametrize("ours, theirs", [(LenientChatAdapter, dspy.ChatAdapter), (LenientJSONAdapter, dspy.JSONAdapter)])
+def test_fast_formatting_renders_dspy_bytes_for_every_signature(ours, theirs):
+    """The cached system message and the direct str/int values give DSPy's exact messages (so cache keys and
+    prompts are unchanged), on a first call, a cached call, and after the instructions change."""
+    from nemori_dspy.signatures import SIGNATURES
+
+    fast, ref = ours(), theirs()
+    for sig in SIGNATURES.values():
+        demos = [dspy.Example(**_inputs(sig), **_outputs(sig))]
+        for s in (sig, sig, sig.with_instructions("Tuned: " + sig.instructions)):
+            assert fast.format(s, demos, _inputs(s)) == ref.format(s, demos, _inputs(s)), sig.__name__
+
+
+def test_system_message_follows_instructions_changed_in_place():
+    adapter, sig = LenientChatAdapter(), DistillDirect.with_instructions("First.")
+    first = adapter.format_system_message(sig)
+    sig.instructions = "Second."
+    assert "Second." in adapter.format_system_message(sig) and first != adapter.format_system_message(sig)

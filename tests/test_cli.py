@@ -344,3 +344,23 @@ def test_program_from_a_run_reuses_its_memory_and_report_compares_the_runs(tmp_p
     assert "## Construction cost per stage, A" in text and "## Construction cost per stage, B" in text
     narrate = [line for line in text.splitlines() if line.startswith("narrate ")]
     assert len(narrate) == 3 and narrate[-1].split()[-1] == "DIFFERS"  # cost rows of A and B, then the prompt row
+
+
+_HEAVY = ("dspy", "litellm", "torch", "mlflow", "sentence_transformers", "onnxruntime", "nltk")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["eval", "locomo", "--help"], ["optimize", "--help"],
+                                  ["serve", "http", "--help"], ["search", "--help"],
+                                  ["eval", "locomo", "--max-questions", "0"], ["no-such-command"]])
+def test_help_and_argument_errors_import_no_heavy_library(argv):
+    """``--help`` and argument errors stay fast: a fresh interpreter runs ``main(argv)`` and then lists which of
+    dspy, litellm, torch, mlflow, sentence-transformers, onnxruntime and nltk it imported (none may be)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom nemori_dspy.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    code = e.code\nprint('LOADED=' + ','.join(m for m in %r if m in sys.modules))" % (_HEAVY,))
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED=")]
+    assert loaded == ["LOADED="], done.stderr[-2000:]

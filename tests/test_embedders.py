@@ -98,3 +98,59 @@ def test_sentence_transformer_minilm():
     assert e.truncated == 0
     e.embed(["word " * 400, "short"])
     assert e.truncated == 1
+
+
+_ONNX = None
+if _MINILM is not None:
+    from nemori_dspy.embedders import find_minilm_onnx_dir
+
+    _ONNX = find_minilm_onnx_dir(_MINILM)
+_needs_onnx = pytest.mark.skipif(_ONNX is None, reason="model download: no all-MiniLM-L6-v2/onnx/ folder (written by "
+                                 "python -m nemori_dspy.onnx_export, which .ci/setup runs)")
+_TEXTS = ["When did Caroline go to the LGBTQ support group?", "hi", "",
+          "Melanie painted a sunrise over the lake last summer with her kids. " * 40,  # past the 256-token window
+          "Über-naïve café owners in São Paulo prefer 12:30 lunches.", "The cat sat on the mat."]
+
+
+@_needs_onnx
+def test_onnx_route_matches_sentence_transformers():
+    from nemori_dspy.embedders import OnnxMiniLMEmbedder, SentenceTransformerEmbedder
+
+    onnx, torch_route = OnnxMiniLMEmbedder(_ONNX), SentenceTransformerEmbedder(_MINILM)
+    assert (onnx.name, onnx.dim, onnx.backend) == (torch_route.name, torch_route.dim, "onnx")  # stores stay valid
+    a, b = onnx.embed(_TEXTS), torch_route.embed(_TEXTS)
+    assert a.shape == b.shape == (len(_TEXTS), 384) and a.dtype == np.float32
+    nonzero = [i for i, t in enumerate(_TEXTS) if t]
+    assert float(((a * b).sum(axis=1)[nonzero]).min()) >= 0.999
+    assert onnx.truncated == torch_route.truncated == 1
+    assert onnx.embed([]).shape == (0, 384)
+
+
+@_needs_onnx
+def test_auto_backend_resolves_to_onnx_and_torch_on_request():
+    from nemori_dspy.embedders import OnnxMiniLMEmbedder, SentenceTransformerEmbedder
+
+    assert isinstance(resolve_embedder(NemoriSettings(embedder_path=_MINILM, _env_file=None)), OnnxMiniLMEmbedder)
+    forced = resolve_embedder(NemoriSettings(embedder_path=_MINILM, embedder_backend="torch", _env_file=None))
+    assert isinstance(forced, SentenceTransformerEmbedder)
+
+
+@_needs_onnx
+def test_default_embedder_needs_no_torch():
+    """A fresh interpreter resolves the default embedder and embeds a query without importing torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom nemori_dspy.config import NemoriSettings\nfrom nemori_dspy.embedders import "
+            "resolve_embedder\ne = resolve_embedder(NemoriSettings(embedder_path=sys.argv[1], _env_file=None))\n"
+            "e.embed(['a query'])\nprint(type(e).__name__, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(_MINILM)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["OnnxMiniLMEmbedder", "False", "False"], done.stderr[-2000:]
+
+
+def test_onnx_backend_without_onnx_folder_errors(tmp_path):
+    from nemori_dspy.errors import ConfigError
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="onnx_export"):
+        resolve_embedder(NemoriSettings(embedder_path=tmp_path, embedder_backend="onnx", _env_file=None))
