@@ -70,7 +70,7 @@ def _declared() -> dict[str, list[str]]:
 
 #: modules imported directly that come with a declared distribution whose API they are part of.
 _VIA = {"pydantic_core": "pydantic", "transformers": "sentence-transformers", "starlette": "fastapi",
-        "anyio": "httpx"}
+        "anyio": "httpx", "tokenizers": "fastembed", "torch": "sentence-transformers"}
 
 
 def test_every_third_party_import_is_declared_and_installed_versions_meet_the_floors():
