@@ -10,7 +10,8 @@ import json
 
 import dspy
 
-from nemori_dspy.signatures.episodic import IntegrateEpisodes, NarrateEpisode, PartitionMessages, SelectContinuation
+from nemori_dspy.signatures.episodic import (IntegrateEpisodes, NarrateEpisode, NarrateEpisodes, PartitionMessages,
+                                             SelectContinuation)
 from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalAbstention,
     JudgeLongMemEvalDefault,
@@ -19,16 +20,19 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalTemporal,
 )
 from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer, JudgeAnswerStrict
-from nemori_dspy.signatures.semantic import AnticipateEpisode, ConsolidateKnowledge, DistillDirect, DistillPredictionError
+from nemori_dspy.signatures.semantic import (AnticipateEpisode, ConsolidateKnowledge, ConsolidateKnowledgeBatch,
+                                             DistillDirect, DistillPredictionError)
 
 __all__ = [
     "PartitionMessages",
     "NarrateEpisode",
+    "NarrateEpisodes",
     "SelectContinuation",
     "IntegrateEpisodes",
     "AnticipateEpisode",
     "DistillPredictionError",
     "ConsolidateKnowledge",
+    "ConsolidateKnowledgeBatch",
     "DistillDirect",
     "AnswerQuestion",
     "JudgeAnswer",
@@ -54,6 +58,8 @@ SIGNATURES: dict[str, type[dspy.Signature]] = {
     "distill": DistillPredictionError,
     "consolidate": ConsolidateKnowledge,
     "direct_distill": DistillDirect,
+    "narrate_batch": NarrateEpisodes,
+    "consolidate_batch": ConsolidateKnowledgeBatch,
     "answer": AnswerQuestion,
     "judge": JudgeAnswer,
     "judge_strict": JudgeAnswerStrict,

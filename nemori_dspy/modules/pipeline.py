@@ -139,6 +139,14 @@ class NemoriPipeline(dspy.Module):
                 break
         return report
 
+    def load_state(self, state: dict, **kw: object) -> None:
+        """DSPy's ``load_state``, tolerating a program saved before a stage existed (e.g. ``narrate_batch``):
+        predictors missing from ``state`` keep their current (untuned) state, and are logged."""
+        missing = {name: p.dump_state(json_mode=False) for name, p in self.named_parameters() if name not in state}
+        if missing:
+            log.info("loaded program has no state for %s; they stay untuned", sorted(missing))
+        super().load_state({**missing, **state}, **kw)
+
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
         """Answer ``question`` from the user's memory (the graph's inference entry point)."""
         return self.response(user_id=user_id, question=question, use_memory=use_memory)

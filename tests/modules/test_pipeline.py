@@ -18,6 +18,7 @@ NAMES = {
     "episodic.partition.predict", "episodic.narrate.predict", "episodic.select.predict",
     "episodic.integrate.predict", "semantic.anticipate.predict", "semantic.distill.predict",
     "semantic.consolidate.predict", "semantic.direct_distill.predict", "response.answer.predict",
+    "episodic.narrate_batch.predict", "semantic.consolidate_batch.predict",
 }
 
 
