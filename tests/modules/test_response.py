@@ -82,3 +82,23 @@ def test_known_facts_show_event_dates_in_similarity_order_never_the_ingestion_da
                      "- (2023-05-20 to 2023-06-02) Caroline moved to Denver.", "- Caroline likes hiking."]
     sent = lm.prompts[-1][1]["context"]
     assert "(2023-05-20 to 2023-06-02) Caroline moved to Denver." in sent and "2030-01-01" not in sent
+
+
+# --- answer_context_tokens: the context is capped by tokens, best-ranked items first
+def test_answer_context_cap_keeps_the_best_ranked_items_within_the_token_budget(tmp_path):
+    from nemori_dspy.formatting import count_tokens
+
+    full = _setup(tmp_path / "a").context("u", "q?")
+    capped_rg = _setup(tmp_path / "b", answer_context_tokens=62)
+    capped = capped_rg.context("u", "q?")
+    assert count_tokens(capped.context) <= 62 < count_tokens(full.context)
+    # rank order: e1 (best), its raw messages, its fact share (s1), then e2 ...
+    assert "narrative 1" in capped.context and "raw message 1" in capped.context and "fact 1" in capped.context
+    assert "narrative 0" not in capped.context  # the worst episode is the first to go
+    assert [s.episode.id for s in capped.retrieved.episodes] == ["e1", "e2"][:len(capped.retrieved.episodes)]
+
+
+def test_answer_context_cap_off_is_the_paper_context(tmp_path):
+    full = _setup(tmp_path / "a").context("u", "q?").context
+    assert _setup(tmp_path / "b", answer_context_tokens=100_000).context("u", "q?").context == full
+    assert _setup(tmp_path / "c", answer_context_tokens="off").context("u", "q?").context == full
