@@ -70,3 +70,14 @@ def test_batched_stages_are_recorded_under_their_stage_names(tmp_path):
     assert {"narrate_batch", "consolidate_batch"} <= stages and "narrate" not in stages
     narr = read_records(tmp_path / "records.jsonl", stage="narrate_batch")[0]
     assert narr.inputs["group_count"] == 4 and len(narr.outputs["episodes"]) == 4 and narr.meta["message_ids"]
+
+
+@pytest.mark.parametrize("stage", ["narrate", "consolidate"])
+def test_tuning_a_stage_the_batched_switch_replaces_is_refused(tmp_path, stage):
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.optimizers.tune import stage_program
+
+    with pytest.raises(ConfigError, match=f"{stage}_batch"):
+        stage_program(stage, _memory(tmp_path).pipeline)
+    paper = Memory(SQLiteStore(tmp_path / "p.db"), HashingEmbedder(64), NemoriSettings())
+    assert stage_program(stage, paper.pipeline).tuned == (stage,)
