@@ -72,6 +72,11 @@ CONFIGS: dict[str, tuple[dict[str, Any], str | None]] = {
     "default": (None, None),  # NemoriSettings() as shipped
 }
 
+#: ledger counters that show whether a switch worked or fell back (printed under the table).
+SWITCH_COUNTERS = ("narrate_batch_fallback", "consolidation.batch_fallback", "consolidation.refused_targets",
+                   "partition_skipped_short", "partition_fallback_whole_window", "parked_windows",
+                   "parked_distillations", "answer_context_items_dropped", "retries")
+
 _WORD = re.compile(r"\w+")
 _STOP = frozenset("a an the and or of in on at to for is was were be by with it its that this".split())
 
@@ -104,6 +109,7 @@ class ConfigResult:
     seconds: float
     parked: int
     settings: dict[str, Any]
+    counters: dict[str, int]
 
 
 def _settings(base: dict[str, Any], name: str) -> NemoriSettings:
@@ -164,7 +170,8 @@ def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversa
                         per_stage=per, recall_at_k=_mean(recall), coverage_memory=_mean(cov_mem),
                         coverage_context=_mean(cov_ctx), context_tokens=_mean(tokens),
                         seconds=time.perf_counter() - t0, parked=parked,
-                        settings={f: getattr(settings, f) for f in (*PAPER_FAITHFUL, "consolidation_min_similarity")})
+                        settings={f: getattr(settings, f) for f in (*PAPER_FAITHFUL, "consolidation_min_similarity")},
+                        counters={c: mine.counters[c] for c in SWITCH_COUNTERS if mine.counters.get(c)})
 
 
 @contextmanager
@@ -240,6 +247,9 @@ def table(results: list[ConfigResult], k: int = 10) -> str:
     for r in results:
         lines.append(f"| {r.name} | " + " | ".join(f"{r.per_stage.get(s, {}).get('calls', 0):.1f}" for s in stages)
                      + " |")
+    lines += ["", f"turns {results[0].turns if results else 0}, questions {results[0].questions if results else 0}"]
+    lines += [f"{r.name}: {', '.join(f'{k} {v}' for k, v in r.counters.items()) or 'no fallbacks or retries'}"
+              for r in results]
     return "\n".join(lines)
 
 
