@@ -206,7 +206,11 @@ class SemanticDistillation(dspy.Module):
         pending = self._prepare(user_id, episode, insight, plan)
         if pending is None:
             return
-        new_entry, cands = pending
+        self._ask_one(user_id, episode, plan, *pending)
+
+    def _ask_one(self, user_id: str, episode: Episode, plan: Consolidation, new_entry: SemanticEntry,
+                 cands: list[tuple[SemanticEntry, float]]) -> None:
+        """One per-insight P_con call for ``new_entry`` against its ``cands``, applied by ``_decide``."""
         d = self.consolidate(insight=render_fact(new_entry),
                              existing_entries=render_entries([render_fact(e) for e, _ in cands]))
         self._decide(user_id, episode, plan, new_entry, cands, str(d.action), d.targets, d.merged_text)
@@ -228,13 +232,9 @@ class SemanticDistillation(dspy.Module):
             pending = self._prepare(user_id, episode, insight, plan)
             if pending is not None:
                 asked.append((insight, *pending))
-        if len(asked) == 1:
-            insight, new_entry, cands = asked[0]
-            d = self.consolidate(insight=render_fact(new_entry),
-                                 existing_entries=render_entries([render_fact(e) for e, _ in cands]))
-            self._decide(user_id, episode, plan, new_entry, cands, str(d.action), d.targets, d.merged_text)
-            return
-        if not asked:
+        if len(asked) <= 1:  # one pending insight: the per-insight call is the same cost
+            for _, new_entry, cands in asked:
+                self._ask_one(user_id, episode, plan, new_entry, cands)
             return
         decisions = self._batch_decisions(asked)
         for q, (insight, new_entry, cands) in enumerate(asked, 1):
