@@ -52,6 +52,11 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
     }
     if sessions:
         payload["sessions"] = sessions
+    if settings.semantic_management != "structured":  # keyed only when used, so structured keys stay as they were
+        payload["flat"] = {"management": settings.semantic_management, "summary_max_chars": settings.summary_max_chars,
+                           "stage": [d["stage_lms"].get("summarize"), settings.stage_max_tokens("summarize"),
+                                     d["predictor_classes"].get("summarize")],
+                           "prompt": signature_hash(SIGNATURES["summarize"])}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

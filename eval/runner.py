@@ -35,7 +35,7 @@ __all__ = ["EvalOptions", "MemoryProvider", "SharedMemory", "ingest_conversation
 log = logging.getLogger(__name__)
 
 CONSTRUCTION_STAGES = ["partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                       "direct_distill", "narrate_batch", "consolidate_batch"]
+                       "direct_distill", "summarize", "narrate_batch", "consolidate_batch"]
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
 

@@ -8,6 +8,7 @@
 | ``nemori-no-semantic`` | Nemori | episodes + raw (w/o s) |
 | ``nemori-no-raw`` | Nemori | episodes + semantic (w/o p) |
 | ``nemori-no-consolidation`` | Nemori, insights appended without P_con (App. A.2) | as ``nemori`` |
+| ``nemori-flat`` | Nemori episodes, semantic memory one running summary rewritten by P_sum (App. A.1) | episodes + raw + the summary |
 | ``full-context`` | none | the whole conversation (most recent turns kept if it does not fit) |
 | ``rag-4096`` | 4,096-token chunks of the raw dialogue, same embedder | top chunk(s) by cosine |
 | ``no-memory`` | none | empty (control) |
@@ -47,6 +48,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
     System("nemori-no-semantic", "nemori", "memory", include_semantic=False),
     System("nemori-no-raw", "nemori", "memory", include_raw=False),
     System("nemori-no-consolidation", "nemori", "memory", {"consolidation": False}),
+    System("nemori-flat", "nemori", "memory", {"semantic_management": "flat"}),
     System("full-context", "none", "full"),
     System("rag-4096", "rag", "rag"),
     System("no-memory", "none", "empty"),

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PARTITION_MIN_MESSAGES", "PAPER_FAITHFUL"]
+           "PARTITION_MIN_MESSAGES", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -30,6 +30,7 @@ STAGES = (
     "direct_distill", # Nemori-s, Appendix D.2
     "narrate_batch",      # cost switch: P_nar for every group of a window in one call (narration_mode)
     "consolidate_batch",  # cost switch: P_con for every insight of an episode in one call (consolidation_mode)
+    "summarize",      # P_sum, flat summarization management, Appendix A.1
     "answer",         # P_ans  §3.4
     "judge",          # LoCoMo LLM judge, Appendix D.4.1
 )
@@ -39,7 +40,7 @@ STAGES = (
 #: the cost of a bad reply. Override per stage with ``stage_lms={"narrate": {"max_tokens": 600}}``.
 DEFAULT_STAGE_MAX_TOKENS = {
     "partition": 200, "narrate": 320, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
-    "consolidate": 160, "direct_distill": 320, "answer": 64, "judge": 96,
+    "consolidate": 160, "direct_distill": 320, "summarize": 600, "answer": 64, "judge": 96,
     "narrate_batch": 1200, "consolidate_batch": 600,
 }
 
@@ -56,6 +57,21 @@ PAPER_FAITHFUL: dict[str, Any] = {
     "consolidation_mode": "per_insight", "narration_mode": "per_group", "partition_min_messages": 2,
     "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
 }
+
+
+#: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders not measured here.
+PAPER_EVOKE_THRESHOLD = 0.70
+#: Default τ per embedder, from ``python -m benchmarks.evoke_threshold`` on locomo10.json (289 episodes around a
+#: later evidence turn, 611 earlier facts they should evoke): with all-MiniLM-L6-v2 an episode's median cosine to
+#: a fact it should evoke is 0.39, so τ = 0.70 evoked nothing for 96.2% of episodes (recall 0.2%); F1 is flat
+#: from 0.20 to 0.40 (9.1-9.3) and falls after, 0.40 keeps recall 23.1% with nothing evoked for 3.5%.
+EVOKE_THRESHOLDS = {"text-embedding-3-small": PAPER_EVOKE_THRESHOLD, "openai/text-embedding-3-small": PAPER_EVOKE_THRESHOLD,
+                    "all-MiniLM-L6-v2": 0.40, "sentence-transformers/all-MiniLM-L6-v2": 0.40}
+
+
+def default_evoke_threshold(embedder: str) -> float:
+    """τ for ``embedder`` when ``evoke_threshold`` is not set: ``EVOKE_THRESHOLDS`` (measured), else the paper's 0.70."""
+    return EVOKE_THRESHOLDS.get(embedder.strip(), PAPER_EVOKE_THRESHOLD)
 
 
 class StageLM(BaseModel):
@@ -130,7 +146,9 @@ class NemoriSettings(BaseSettings):
         default=24.0, ge=0, description="our addition: only episodes within this many hours of the new one are "
         "merge candidates (a continuation cut by the window is adjacent in time); None = the paper's behaviour")
     evoke_top_k: int = Field(default=10, ge=0, description="K_s: evoked semantic entries (§3.3.1)")
-    evoke_threshold: float = Field(default=0.70, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1)")
+    evoke_threshold: float | None = Field(
+        default=None, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1); None = the "
+        "measured default of the embedder (EVOKE_THRESHOLDS: 0.40 for all-MiniLM-L6-v2), else the paper's 0.70")
     consolidation_top_k: int = Field(default=5, ge=1, description="K_m: entries compared per insight (§3.3.3)")
     consolidation_min_similarity: float | None = Field(
         default=0.5, ge=-1.0, le=1.0, description="our addition: only existing entries with cosine >= this to the "
@@ -144,6 +162,13 @@ class NemoriSettings(BaseSettings):
     raw_episodes_top_r: int = Field(default=2, ge=0, description="r: top episodes whose raw messages enter the answer context (§4.1)")
     distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")
     consolidation: bool = Field(default=True, description="False = append insights without P_con (Appendix A.2)")
+    semantic_management: Literal["structured", "flat"] = Field(
+        default="structured", description="structured = semantic entries with evocation and P_con (§3.3); flat = one "
+        "running summary per user, the constant evoked context, rewritten by P_sum with each episode's insights "
+        "(Appendix A.1, a conceptual illustration in the paper)")
+    summary_max_chars: int = Field(default=6000, gt=0, description="flat management: a longer summary is cut at this "
+                                   "many characters (oldest text kept, noted as summary_truncated) so P_ant, P_sum "
+                                   "and P_ans prompts stay bounded")
     resolve_relative_dates: bool = Field(default=True, description="write the absolute date next to 'last week', "
                                          "'yesterday', … (from the message timestamp) in messages shown to P_nar, "
                                          "P_dis and P_ans, so small models need not do date arithmetic (§3.2.2)")
@@ -231,6 +256,13 @@ class NemoriSettings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown stage(s) {unknown}; valid stages: {', '.join(STAGES)}")
         return v
+
+    @model_validator(mode="after")
+    def _embedder_tau(self) -> "NemoriSettings":
+        """Fill an unset τ with the embedder's measured default (``default_evoke_threshold``)."""
+        if self.evoke_threshold is None:
+            self.evoke_threshold = default_evoke_threshold(self.embedder)
+        return self
 
     def stage_max_tokens(self, stage: str) -> int:
         """Output cap for ``stage``: its override, else ``DEFAULT_STAGE_MAX_TOKENS``, else ``max_tokens``."""

@@ -215,6 +215,8 @@ def default_responders(groups_of: int = 5) -> dict[str, Responder]:
         "ConsolidateKnowledge": lambda i: chat_reply(action="new", targets=[], merged_text=""),
         "NarrateEpisodes": narrate_batch,
         "ConsolidateKnowledgeBatch": consolidate_batch,
+        "UpdateSummary": lambda i: chat_reply(updated_summary="\n".join(
+            [i.get("summary", ""), *json.loads(i.get("new_insights") or "[]")]).strip()),
         "AnswerQuestion": lambda i: chat_reply(answer="7 May 2023" if i.get("context") else "I don't know"),
         "JudgeAnswer": lambda i: chat_reply(reasoning="same date", label="CORRECT"
                                             if i["generated_answer"].lower() in i["gold_answer"].lower()

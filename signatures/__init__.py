@@ -20,8 +20,14 @@ from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalTemporal,
 )
 from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer, JudgeAnswerStrict
-from nemori_dspy.signatures.semantic import (AnticipateEpisode, ConsolidateKnowledge, ConsolidateKnowledgeBatch,
-                                             DistillDirect, DistillPredictionError)
+from nemori_dspy.signatures.semantic import (
+    AnticipateEpisode,
+    ConsolidateKnowledge,
+    ConsolidateKnowledgeBatch,
+    DistillDirect,
+    DistillPredictionError,
+    UpdateSummary,
+)
 
 __all__ = [
     "PartitionMessages",
@@ -34,6 +40,7 @@ __all__ = [
     "ConsolidateKnowledge",
     "ConsolidateKnowledgeBatch",
     "DistillDirect",
+    "UpdateSummary",
     "AnswerQuestion",
     "JudgeAnswer",
     "JudgeAnswerStrict",
@@ -60,6 +67,7 @@ SIGNATURES: dict[str, type[dspy.Signature]] = {
     "direct_distill": DistillDirect,
     "narrate_batch": NarrateEpisodes,
     "consolidate_batch": ConsolidateKnowledgeBatch,
+    "summarize": UpdateSummary,
     "answer": AnswerQuestion,
     "judge": JudgeAnswer,
     "judge_strict": JudgeAnswerStrict,

@@ -13,7 +13,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 __all__ = ["AnticipateEpisode", "DistillPredictionError", "ConsolidateKnowledge", "DistillDirect",
-           "ConsolidationAction", "ConsolidationDecision", "ConsolidateKnowledgeBatch"]
+           "ConsolidationAction", "ConsolidationDecision", "ConsolidateKnowledgeBatch", "UpdateSummary"]
 
 _LEADING_ACTION = re.compile(r"\s*[\"'`]?\s*(new|merge|conflict)\b", re.IGNORECASE)
 
@@ -129,3 +129,16 @@ class DistillDirect(dspy.Signature):
 
     episode_messages: str = dspy.InputField(desc="the episode: messages '[YYYY-MM-DD HH:MM] speaker: text'")
     insights: list[str] = dspy.OutputField(desc="facts, one self-contained sentence each")
+
+
+class UpdateSummary(dspy.Signature):
+    """Merge new insights into the running summary of what is known about the people (P_sum, flat
+    summarization management, Appendix A.1).
+
+    Rewrite the summary so that it keeps every fact it already states and adds each new insight. Where an
+    insight updates or contradicts the summary, keep the newer information and its date. Keep names and
+    absolute dates; write plain sentences grouped by person; do not invent anything."""
+
+    summary: str = dspy.InputField(desc="the current summary of semantic memory; may be empty")
+    new_insights: list[str] = dspy.InputField(desc="facts distilled from the latest episode, one sentence each")
+    updated_summary: str = dspy.OutputField(desc="the whole rewritten summary, every earlier fact kept")

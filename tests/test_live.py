@@ -95,3 +95,30 @@ def test_live_http_server_adds_in_the_background_and_answers(tmp_path, live):
     store.close()
     assert isinstance(ans["answer"], str) and ans["answer"]
     assert sorted(m for ep in mem.list_episodes("caroline") for m in ep.message_ids) == ["H1", "H2", "H3", "H4"]
+
+
+NOISE_TURNS = [  # written for this project: two human lines, three kinds of machine noise
+    ("Dana", "I start my new job as a nurse in Leeds next Monday.", "2023-06-01T09:00:00"),
+    ("bot", 'Traceback (most recent call last):\n  File "sync.py", line 12, in run\n    push(batch)\n'
+            "KeyError: 'user_17'", "2023-06-01T09:01:00"),
+    ("bot", "[heartbeat] ok seq=4412", "2023-06-01T09:02:00"),
+    ("bot", "Jun  1 09:03:01 host CRON[2211]: (root) CMD (/usr/bin/backup.sh)", "2023-06-01T09:03:00"),
+    ("Eli", "Congratulations Dana! Leeds General is a great hospital.", "2023-06-01T09:04:00"),
+]
+NOISE_WORDS = ("traceback", "keyerror", "sync.py", "heartbeat", "seq=", "cron", "backup.sh", "user_17")
+
+
+def test_live_machine_noise_does_not_become_facts(tmp_path, live, capsys):
+    """Issue 12: a traceback, a heartbeat and a cron line in a conversation; with the real 0.5B model no
+    semantic entry may speak of them (the noise guard), the human fact may be learnt; the raw messages stay."""
+    with dspy.context(lm=live.lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), live.settings)
+        mem.add_messages("dana", [{"speaker": s, "content": c, "timestamp": t, "id": f"n{i}"}
+                                  for i, (s, c, t) in enumerate(NOISE_TURNS, 1)])
+        mem.flush("dana")
+    facts = [e.text for e in mem.list_semantic("dana")]
+    noisy = [f for f in facts if any(w in f.lower() for w in NOISE_WORDS)]
+    with capsys.disabled():
+        print(f"\nlive noise: {len(NOISE_TURNS) - 2} noise messages, {len(facts)} facts, {len(noisy)} about noise: {noisy}")
+    assert noisy == [], facts
+    assert sorted(m for ep in mem.list_episodes("dana") for m in ep.message_ids) == [f"n{i}" for i in range(1, 6)]

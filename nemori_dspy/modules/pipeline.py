@@ -1,7 +1,8 @@
 """``NemoriPipeline``: the whole method as one ``dspy.Module`` graph with stable predictor names.
 
 Predictor names (for optimizers and save/load): ``episodic.{partition,narrate,select,integrate}``,
-``semantic.{anticipate,distill,consolidate,direct_distill}``, ``response.answer`` (each wraps a
+``semantic.{anticipate,distill,consolidate,direct_distill}`` (``semantic.summarize`` too under flat
+management, Appendix A.1), ``response.answer`` (each wraps a
 ``.predict``). ``save(path)``/``load(path)`` round-trip instructions and demos of all of them.
 """
 
@@ -23,6 +24,7 @@ from ..types import Episode
 from .episodic import EpisodicIntegration
 from .resources import Resources
 from .response import ResponseGeneration
+from .flat import FlatSummaryDistillation
 from .semantic import SemanticDistillation
 
 __all__ = ["NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
@@ -49,6 +51,13 @@ def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | 
                             parse_retries=settings.parse_retries, lm=stage_lms.get(name), predictor_class=cls)
 
     return make
+
+
+def _semantic_module(resources: Resources, make: Callable[[str], dspy.Module]) -> dspy.Module:
+    """The semantic management ``settings.semantic_management`` names: structured (§3.3) or flat (App. A.1)."""
+    if resources.settings.semantic_management == "flat":
+        return FlatSummaryDistillation(resources, make)
+    return SemanticDistillation(resources, make)
 
 
 @dataclass
@@ -80,7 +89,7 @@ class NemoriPipeline(dspy.Module):
         self.res = resources
         make = make or stage_factory(resources.settings)
         self.episodic = episodic or EpisodicIntegration(resources, make)
-        self.semantic = semantic or SemanticDistillation(resources, make)
+        self.semantic = semantic or _semantic_module(resources, make)
         self.response = response or ResponseGeneration(resources, make)
 
     def process_window(self, user_id: str, force: bool, report: ProcessReport) -> bool:

@@ -44,7 +44,7 @@ def test_evocation_keeps_only_entries_with_cosine_above_tau(tmp_path):
     _seed(store, {"close": unit_vector(30), "just above": unit_vector(44), "just below": unit_vector(46), "far": unit_vector(80)})
     lm = ScriptedLM(default_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+        pred = _module(store, TableEmbedder({}), None, evoke_threshold=0.70)(user_id="u", episode=_episode(unit_vector(0)))
     assert pred.evoked == ["close", "just above"]
     anticipate = [inp for name, inp in lm.prompts if name == "AnticipateEpisode"][0]
     assert "just above" in anticipate["known_facts"] and "just below" not in anticipate["known_facts"]
@@ -493,3 +493,10 @@ def test_batched_consolidation_falls_back_per_insight_when_the_reply_does_not_pa
 def test_batched_consolidation_with_one_pending_insight_uses_the_single_call(tmp_path):
     lm, _ = _batched(tmp_path, lambda i: pytest.fail("batch call for one insight"), ["Caroline adopted Rex."])
     assert lm.calls["ConsolidateKnowledge"] == 1 and "ConsolidateKnowledgeBatch" not in lm.calls
+def test_default_tau_is_the_embedders_measured_one():
+    from nemori_dspy.config import EVOKE_THRESHOLDS, PAPER_EVOKE_THRESHOLD
+
+    assert NemoriSettings().evoke_threshold == EVOKE_THRESHOLDS["all-MiniLM-L6-v2"] == 0.40
+    assert NemoriSettings(embedder="openai/text-embedding-3-small").evoke_threshold == PAPER_EVOKE_THRESHOLD == 0.70
+    assert NemoriSettings(embedder="hashing-64").evoke_threshold == PAPER_EVOKE_THRESHOLD  # not measured: the paper's
+    assert NemoriSettings(evoke_threshold=0.55).evoke_threshold == 0.55  # an explicit τ wins
