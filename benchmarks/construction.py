@@ -5,7 +5,8 @@ usage: python -m benchmarks.construction [--data FILE] [--sessions 1-1] [--conve
                                          [--lm scripted|local:0.5b|local:1.5b|<litellm model>] [--configs a,b]
                                          [--out benchmarks/results]
 
-Each configuration builds every conversation of the slice in a fresh store (``eval.runner.ingest_conversation``,
+DSPy's response cache is off (a cached reply is not a call, so it would hide what is measured). Each
+configuration builds every conversation of the slice in a fresh store (``eval.runner.ingest_conversation``,
 the eval's own memory building) and is charged its own LLM calls and tokens (``LEDGER.scope``). Configurations
 that change only the answer context (``answer_context_tokens``) reuse the stores of the configuration they
 extend instead of building again. Per configuration it reports:
@@ -203,7 +204,7 @@ def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: s
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise ConfigError(f"unknown configuration(s) {unknown}. Fix: choose from {', '.join(CONFIGS)}.")
-    base = dict(base or {})
+    base = {"cache": False, **(base or {})}  # a cache hit costs nothing: it would hide the calls being measured
     convs = [slice_sessions(c, parse_sessions(sessions)) for c in load_locomo(data, conversations)]
     needed = list(dict.fromkeys([CONFIGS[c][1] for c in configs if CONFIGS[c][1]] + configs))  # reused ones first
     results: list[ConfigResult] = []
