@@ -34,7 +34,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import dspy
 
@@ -192,8 +192,11 @@ def _lm(spec: str, base: dict[str, Any]) -> Iterator[tuple[Embedder, str]]:
 
 
 def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: str, configs: list[str],
-        k: int = 10, base: dict[str, Any] | None = None, progress: bool = True) -> tuple[list[ConfigResult], str]:
-    """Every configuration of ``configs`` on the slice; returns (results, LM label).
+        k: int = 10, base: dict[str, Any] | None = None, progress: bool = True,
+        on_result: Callable[[list[ConfigResult], str], None] | None = None) -> tuple[list[ConfigResult], str]:
+    """Every configuration of ``configs`` on the slice; returns (results, LM label). ``on_result(results so
+    far, label)`` is called after each configuration (``main`` writes the result file then, so a long real run
+    stopped early keeps what it measured).
 
     Raises:
         DatasetError: bad ``data``/``sessions``/``conversations`` (from ``eval.locomo``).
@@ -222,6 +225,8 @@ def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: s
             done[name] = res
             if name in configs:
                 results.append(res)
+                if on_result is not None:
+                    on_result(results, label)
             if progress:
                 print(f"{name}: {res.calls_per_100:.1f} calls, {res.tokens_per_100:,.0f} tokens per 100 turns "
                       f"({res.seconds:.0f}s)", flush=True)
@@ -267,16 +272,21 @@ def main(argv: list[str] | None = None) -> int:
     ids = [s.strip() for s in a.conversations.split(",")] if a.conversations else None
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     t0 = time.perf_counter()
-    results, label = run(a.data, a.sessions, ids, a.lm, configs, a.k)
-    text = table(results, a.k)
-    print(text)
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"construction-{re.sub(r'[^A-Za-z0-9.]+', '_', a.lm)}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({
-        "benchmark": "construction", "lm": a.lm, "model_label": label, "data": str(a.data), "sessions": a.sessions,
-        "conversations": ids, "k": a.k, "targets": TARGETS, "seconds": round(time.perf_counter() - t0, 1),
-        "results": [r.__dict__ for r in results], "table": text, "machine": machine_description()},
-        indent=2, default=str))
+
+    def write(results: list[ConfigResult], label: str) -> str:
+        text = table(results, a.k)
+        path.write_text(json.dumps({
+            "benchmark": "construction", "lm": a.lm, "model_label": label, "data": str(a.data),
+            "sessions": a.sessions, "conversations": ids, "k": a.k, "targets": TARGETS,
+            "configs": configs, "complete": len(results) == len(configs),
+            "seconds": round(time.perf_counter() - t0, 1), "results": [r.__dict__ for r in results],
+            "table": text, "machine": machine_description()}, indent=2, default=str))
+        return text
+
+    results, label = run(a.data, a.sessions, ids, a.lm, configs, a.k, on_result=write)
+    print(write(results, label))
     print(f"wrote {path}")
     return 0
 
