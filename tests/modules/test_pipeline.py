@@ -94,3 +94,19 @@ def test_a_conversation_re_sent_under_new_ids_adds_no_facts(tmp_path):
         mem.add_messages("u", [{**m, "id": "again-" + m["id"]} for m in talk])
         assert mem.status("u")["to_distill"] == 0
     assert sorted(e.text for e in mem.list_semantic("u")) == before and len(before) == 10
+
+
+def test_a_program_saved_before_the_batched_stages_existed_still_loads(tmp_path):
+    import json
+
+    saved = _pipeline(tmp_path)
+    saved.episodic.narrate.predict.signature = saved.episodic.narrate.predict.signature.with_instructions("TUNED")
+    saved.save(str(tmp_path / "program.json"))
+    state = json.loads((tmp_path / "program.json").read_text())
+    old = {k: v for k, v in state.items() if "_batch" not in k}
+    assert len(old) == len(state) - 2
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "x").mkdir()
+    fresh = _pipeline(tmp_path / "x")
+    fresh.load(str(tmp_path / "old.json"))
+    assert fresh.episodic.narrate.predict.signature.instructions == "TUNED"
