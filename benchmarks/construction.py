@@ -153,7 +153,7 @@ def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversa
     """Build (or reuse) the slice's memories under ``settings`` and measure them (see the module docstring)."""
     _, reuse = CONFIGS.get(name, ({}, None))
     recall, cov_mem, cov_ctx, tokens, parked = [], [], [], [], 0
-    t0 = time.perf_counter()
+    t0, before = time.perf_counter(), dict(LEDGER.counters)  # counters are kept on the process ledger only
     with LEDGER.scope() as mine:
         for conv in conversations:
             key = f"{reuse or name}/{conv.sample_id}"
@@ -172,7 +172,8 @@ def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversa
                         coverage_context=_mean(cov_ctx), context_tokens=_mean(tokens),
                         seconds=time.perf_counter() - t0, parked=parked,
                         settings={f: getattr(settings, f) for f in (*PAPER_FAITHFUL, "consolidation_min_similarity")},
-                        counters={c: mine.counters[c] for c in SWITCH_COUNTERS if mine.counters.get(c)})
+                        counters={c: LEDGER.counters.get(c, 0) - before.get(c, 0) for c in SWITCH_COUNTERS
+                                  if LEDGER.counters.get(c, 0) > before.get(c, 0)})
 
 
 @contextmanager
@@ -226,7 +227,7 @@ def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: s
             if name in configs:
                 results.append(res)
                 if on_result is not None:
-                    on_result(results, label)
+                    on_result(sorted(results, key=lambda r: configs.index(r.name)), label)
             if progress:
                 print(f"{name}: {res.calls_per_100:.1f} calls, {res.tokens_per_100:,.0f} tokens per 100 turns "
                       f"({res.seconds:.0f}s)", flush=True)

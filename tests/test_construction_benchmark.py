@@ -34,3 +34,19 @@ def test_answer_coverage_counts_gold_words_found():
     assert answer_coverage("7 May 2023", {"7", "may", "2023"}) == 1.0
     assert answer_coverage("the dog Rex", {"rex"}) == 0.5
     assert answer_coverage("the", {"x"}) is None
+
+
+def test_a_switch_falling_back_shows_in_its_counters(monkeypatch):
+    import benchmarks.construction as bench
+    from nemori_dspy.testing import default_responders
+
+    def broken_batch():
+        responders = default_responders()
+        responders["NarrateEpisodes"] = lambda i: "not the format"
+        return responders
+
+    monkeypatch.setattr(bench, "default_responders", broken_batch)
+    results, _ = run(SYNTHETIC_LOCOMO, "1-2", None, "scripted", ["paper", "narrate-batched"], progress=False)
+    paper, batched = results
+    assert "narrate_batch_fallback" not in paper.counters and batched.counters["narrate_batch_fallback"] > 0
+    assert batched.per_stage["narrate"]["calls"] == paper.per_stage["narrate"]["calls"]
