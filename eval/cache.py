@@ -26,13 +26,16 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
                        "association_max_gap_hours", "episode_split_gap_hours", "naive_timezone",
                        "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
                        "consolidation_top_k", "consolidation_min_similarity", "distillation", "consolidation",
-                       "max_message_chars", "max_prompt_chars", "parse_retries")
+                       "max_message_chars", "max_prompt_chars", "parse_retries", "semantic_management",
+                       "summary_max_chars", "consolidation_mode", "narration_mode", "partition_min_messages",
+                       "select_inputs", "resolve_relative_dates")
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
-#: times on facts), so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 2
+#: times on facts; 3: τ per embedder, flat management, cost switches, lexical index), so memories built by older
+#: code are never reused as if they were current.
+MEMORY_FORMAT = 3
 _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                        "direct_distill")
+                        "direct_distill", "summarize", "narrate_batch", "consolidate_batch")
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,
@@ -52,11 +55,6 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
     }
     if sessions:
         payload["sessions"] = sessions
-    if settings.semantic_management != "structured":  # keyed only when used, so structured keys stay as they were
-        payload["flat"] = {"management": settings.semantic_management, "summary_max_chars": settings.summary_max_chars,
-                           "stage": [d["stage_lms"].get("summarize"), settings.stage_max_tokens("summarize"),
-                                     d["predictor_classes"].get("summarize")],
-                           "prompt": signature_hash(SIGNATURES["summarize"])}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

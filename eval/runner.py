@@ -36,7 +36,7 @@ __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "Shar
 log = logging.getLogger(__name__)
 
 CONSTRUCTION_STAGES = ["partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                       "direct_distill", "summarize"]
+                       "direct_distill", "summarize", "narrate_batch", "consolidate_batch"]
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInf
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
+           "PARTITION_MIN_MESSAGES", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -28,6 +28,8 @@ STAGES = (
     "distill",        # P_dis  §3.3.2
     "consolidate",    # P_con  §3.3.3
     "direct_distill", # Nemori-s, Appendix D.2
+    "narrate_batch",      # cost switch: P_nar for every group of a window in one call (narration_mode)
+    "consolidate_batch",  # cost switch: P_con for every insight of an episode in one call (consolidation_mode)
     "summarize",      # P_sum, flat summarization management, Appendix A.1
     "answer",         # P_ans  §3.4
     "judge",          # LoCoMo LLM judge, Appendix D.4.1
@@ -39,6 +41,21 @@ STAGES = (
 DEFAULT_STAGE_MAX_TOKENS = {
     "partition": 200, "narrate": 320, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
     "consolidate": 160, "direct_distill": 320, "summarize": 600, "answer": 64, "judge": 96,
+    "narrate_batch": 1200, "consolidate_batch": 600,
+}
+
+#: Segments shorter than this many messages become one episode without a P_par call (``partition_min_messages``).
+#: 3 because the smallest coherent episode is one exchange — a message and its reply: P_par could only cut a
+#: 2-message segment into a question without its answer and an answer without its question, two episodes that
+#: each narrate and distill worse than the pair. A 3-message segment can hold a real topic change (an exchange
+#: closing and a new one opening), so it still goes to P_par. The paper sends every window to P_par (§3.2.1);
+#: 2 keeps that (only a lone message, which has a single partition, skips the call).
+PARTITION_MIN_MESSAGES = 3
+
+#: The paper-faithful value of every cost switch (README "Cost switches"): what §3.2-§3.4 describe.
+PAPER_FAITHFUL: dict[str, Any] = {
+    "consolidation_mode": "per_insight", "narration_mode": "per_group", "partition_min_messages": 2,
+    "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
 }
 
 
@@ -164,6 +181,28 @@ class NemoriSettings(BaseSettings):
     naive_timezone: str = Field(default="UTC", description="time zone in which timestamps without a UTC offset "
                                 "are read when they are ordered or subtracted (naive and offset-carrying messages "
                                 "of one user can then be mixed); prompts still show each message's own clock time")
+    # --- cost switches (README "Cost switches"; PAPER_FAITHFUL holds the paper's value of each)
+    consolidation_mode: Literal["per_insight", "batched"] = Field(
+        default="per_insight", description="P_con per insight (the paper, §3.3.3) or 'batched': every insight of "
+        "an episode that has candidates above consolidation_min_similarity in one call, one decision per insight "
+        "(same new/merge/conflict semantics; an unparseable or short reply falls back to per-insight calls)")
+    narration_mode: Literal["per_group", "batched"] = Field(
+        default="per_group", description="P_nar per group (the paper, §3.2.2) or 'batched': every group of a "
+        "window in one call (an unparseable reply or a wrong number of episodes falls back to per-group calls)")
+    partition_min_messages: int = Field(
+        default=PARTITION_MIN_MESSAGES, ge=2, description="segments shorter than this become one episode "
+        "without a P_par call (see PARTITION_MIN_MESSAGES); 2 = the paper's behaviour")
+    select_inputs: Literal["narratives", "cues"] = Field(
+        default="narratives", description="what P_sel sees of the K_e candidates: their cues and narratives "
+        "(the paper, §3.2.3) or 'cues' only (dated titles; the new episode keeps its narrative)")
+    answer_context_tokens: int | None = Field(
+        default=None, gt=0, description="cap of the answer context in tokens (litellm's counter, as the eval "
+        "reports context_tokens); items enter by rank — episode i, its raw messages if i <= r, then its m/k "
+        "facts — and keep the paper's section order; None = the paper's k, m, r uncut (max_prompt_chars only)")
+    local_prompt_cache: bool = Field(
+        default=False, description="embedded llama.cpp server: keep a RAM cache of prompt states (--cache) so "
+        "a stage's instruction + demos prefix is reused across interleaved stages, not only from the previous "
+        "call (llama-cpp-python always reuses the prefix shared with the previous prompt)")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
@@ -179,7 +218,7 @@ class NemoriSettings(BaseSettings):
                                  "latency) into their MLflow run; false turns tracing off")
 
     @field_validator("episode_split_gap_hours", "association_max_gap_hours", "consolidation_min_similarity",
-                     mode="before")
+                     "answer_context_tokens", mode="before")
     @classmethod
     def _off_words(cls, v: Any) -> Any:
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
-from typing import Sequence
+from typing import Callable, Collection, Sequence
 
 from .temporal import annotate_relative_dates
 from .types import Episode, SearchResult, SemanticEntry, StoredMessage
 
 __all__ = ["MIN_MESSAGE_CHARS", "render_messages", "render_numbered_messages", "render_episode", "render_candidates",
            "render_entries", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
-           "per_message_chars"]
+           "per_message_chars", "render_groups", "render_insight_candidates", "render_cue", "fit_context",
+           "count_tokens", "CONTEXT_HEADERS"]
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -77,9 +79,35 @@ def render_fact(entry: SemanticEntry) -> str:
     return f"({date_span(entry.event_start, entry.event_end)}) {entry.text}"
 
 
-def render_candidates(eps: Sequence[Episode]) -> str:
-    """Numbered candidates ``[k] (span) cue: narrative``, k from 1."""
-    return "\n".join(f"[{k}] {render_episode(ep)}" for k, ep in enumerate(eps, 1))
+def render_cue(ep: Episode) -> str:
+    """``(date span) cue`` of one episode (its narrative left out)."""
+    return f"({date_span(ep.start, ep.end)}) {ep.cue}"
+
+
+def render_candidates(eps: Sequence[Episode], cues_only: bool = False) -> str:
+    """Numbered candidates ``[k] (span) cue: narrative`` (``[k] (span) cue`` with ``cues_only``), k from 1."""
+    show = render_cue if cues_only else render_episode
+    return "\n".join(f"[{k}] {show(ep)}" for k, ep in enumerate(eps, 1))
+
+
+def render_groups(groups: Sequence[Sequence[StoredMessage]], max_chars: int = 4000, budget: int | None = None,
+                  resolve_dates: bool = False) -> str:
+    """``Group g:`` (g from 1) followed by that group's ``render_messages`` lines; ``budget`` characters are
+    shared among the groups in proportion to their message counts."""
+    total = sum(len(g) for g in groups) or 1
+    return "\n".join(
+        f"Group {g}:\n" + render_messages(msgs, max_chars, None if budget is None else budget * len(msgs) // total,
+                                          resolve_dates)
+        for g, msgs in enumerate(groups, 1))
+
+
+def render_insight_candidates(items: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """Batched P_con input: ``Insight q: text`` (q from 1) then its entries as indented ``[i] text`` lines
+    (i from 1 per insight); pass ``render_fact`` texts to show event dates."""
+    blocks = []
+    for q, (insight, entries) in enumerate(items, 1):
+        blocks.append("\n".join([f"Insight {q}: {insight}", *(f"  [{i}] {t}" for i, t in enumerate(entries, 1))]))
+    return "\n".join(blocks)
 
 
 _FACT_DATE = re.compile(r"^\s*\(\d{4}-\d{2}-\d{2}(?: to \d{4}-\d{2}-\d{2})?\)\s*")
@@ -95,24 +123,96 @@ def render_entries(texts: Sequence[str]) -> str:
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1)) or "(none)"
 
 
+#: section headers of the answer context, in the paper's order (§3.4): episodes, raw messages, facts.
+CONTEXT_HEADERS = ("Episodes (most relevant first):", "Original messages of the top episodes:", "Known facts:")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of ``text`` by litellm's default tokenizer (the count the eval reports as ``context_tokens``)."""
+    import litellm
+
+    return litellm.token_counter(text=text) if text else 0
+
+
 def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, budget: int | None = None,
-                   resolve_dates: bool = False) -> str:
+                   resolve_dates: bool = False, raw_ids: Collection[str] | None = None) -> str:
     """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts,
     clipped to ``budget`` characters in all. Returns "" when nothing was retrieved. ``resolve_dates`` as
     in ``render_messages``. Facts keep their similarity order, each with its event date span
     (``render_fact``), so "prefer the most recent" compares when things happened, not when they were stored.
+    ``raw_ids`` (from ``fit_context``) limits raw messages to those of the top-r episodes among these ids.
     """
     parts: list[str] = []
     if result.episodes:
-        parts.append("Episodes (most relevant first):")
+        parts.append(CONTEXT_HEADERS[0])
         parts += [f"- {render_episode(s.episode)}" for s in result.episodes]
-    raw = [s.episode for s in result.episodes[:raw_top_r] if s.episode.messages]
+    raw = [s.episode for s in result.episodes[:raw_top_r]
+           if s.episode.messages and (raw_ids is None or s.episode.id in raw_ids)]
     if raw:
-        parts.append("Original messages of the top episodes:")
+        parts.append(CONTEXT_HEADERS[1])
         for ep in raw:
             parts.append(render_messages(ep.messages, max_chars, resolve_dates=resolve_dates))
     if result.semantic:
-        parts.append("Known facts:")
+        parts.append(CONTEXT_HEADERS[2])
         parts += [f"- {render_fact(s.entry)}" for s in result.semantic]
     text = "\n".join(parts)
     return clip(text, budget) if budget else text
+
+
+def _ranked_items(result: SearchResult, raw_top_r: int) -> list[tuple[str, int]]:
+    """Context items as (kind, rank index) in admission order: episode i, then its raw messages if i < r, then
+    its share of the facts (m/k per episode, rounded up), for i = 0, 1, ... — so a cap keeps the best of each."""
+    eps, facts = result.episodes, result.semantic
+    per = math.ceil(len(facts) / len(eps)) if eps else len(facts)
+    rounds = max(len(eps), math.ceil(len(facts) / per) if per else 0)
+    items: list[tuple[str, int]] = []
+    for i in range(rounds):
+        if i < len(eps):
+            items.append(("episode", i))
+            if i < raw_top_r and eps[i].episode.messages:
+                items.append(("raw", i))
+        items += [("fact", j) for j in range(i * per, min((i + 1) * per, len(facts)))]
+    return items
+
+
+def _item_text(result: SearchResult, kind: str, i: int, max_chars: int, resolve_dates: bool) -> str:
+    if kind == "raw":
+        return render_messages(result.episodes[i].episode.messages, max_chars, resolve_dates=resolve_dates)
+    if kind == "episode":
+        return f"- {render_episode(result.episodes[i].episode)}"
+    return f"- {render_fact(result.semantic[i].entry)}"
+
+
+def fit_context(result: SearchResult, raw_top_r: int, max_tokens: int, count: Callable[[str], int] = count_tokens,
+                max_chars: int = 4000, resolve_dates: bool = False) -> tuple[SearchResult, set[str]]:
+    """The retrieved items that fit an answer context of ``max_tokens`` tokens (``answer_context_tokens``).
+
+    Items are admitted in ``_ranked_items`` order while they fit (one that does not is skipped and smaller
+    later ones may still enter); raw messages only with their episode. Rendering keeps the paper's section
+    order (``render_context`` with the returned ``raw_ids``); if the rendered text still exceeds the cap,
+    the last admitted items are dropped until it fits.
+
+    Returns:
+        (kept SearchResult in rank order, ids of the episodes whose raw messages are kept).
+    """
+    used, admitted = sum(count(h) + 1 for h in CONTEXT_HEADERS), []
+    for kind, i in _ranked_items(result, raw_top_r):
+        if kind == "raw" and ("episode", i) not in admitted:
+            continue
+        cost = count(_item_text(result, kind, i, max_chars, resolve_dates)) + 1
+        if used + cost <= max_tokens:
+            admitted.append((kind, i))
+            used += cost
+    while True:
+        kept, raw_ids = _kept(result, admitted)
+        if not admitted or count(render_context(kept, raw_top_r, max_chars, None, resolve_dates, raw_ids)) <= max_tokens:
+            return kept, raw_ids
+        admitted.pop()
+
+
+def _kept(result: SearchResult, admitted: list[tuple[str, int]]) -> tuple[SearchResult, set[str]]:
+    """``result`` restricted to the admitted items (rank order kept), and the ids whose raw messages stay."""
+    eps = [s for i, s in enumerate(result.episodes) if ("episode", i) in admitted]
+    facts = [s for i, s in enumerate(result.semantic) if ("fact", i) in admitted]
+    raw_ids = {result.episodes[i].episode.id for kind, i in admitted if kind == "raw"}
+    return result.model_copy(update={"episodes": eps, "semantic": facts}), raw_ids

@@ -128,6 +128,12 @@ def resolve_gguf(settings: NemoriSettings) -> Path:
     return _hub_download(HUB_REPOS[settings.local_model_size], name)
 
 
+#: RAM for the server's prompt-state cache (``local_prompt_cache``): llama-cpp-python evicts the oldest states
+#: beyond it. A state of the 0.5B model holds ~12 KB of KV per token, so 512 MiB keeps some 20 prompts of 2k tokens
+#: — more than the 8 stages of one window.
+PROMPT_CACHE_BYTES = 512 << 20
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -148,6 +154,9 @@ class LlamaServer:
         n_ctx: context length in tokens.
         n_threads: CPU threads for generation.
         seed: llama.cpp sampling seed.
+        prompt_cache: keep a RAM cache of evaluated prompt states (``--cache``, ``PROMPT_CACHE_BYTES``), so a
+            prompt sharing its instruction prefix with any recent one, not only the previous, skips that prefill.
+            Without it llama-cpp-python still reuses the prefix shared with the previous prompt (always on).
         startup_timeout_s: seconds to wait for ``GET /v1/models`` to answer 200.
         log_dir: folder for ``llama-server.log``; None = a fresh temp dir.
 
@@ -168,12 +177,14 @@ class LlamaServer:
         n_ctx: int = 8192,
         n_threads: int = 2,
         seed: int = 0,
+        prompt_cache: bool = False,
         startup_timeout_s: float = 180.0,
         log_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.port = port or _free_port()
         self.n_ctx, self.n_threads, self.seed = n_ctx, n_threads, seed
+        self.prompt_cache = prompt_cache
         self.startup_timeout_s = startup_timeout_s
         self._log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="nemori-llama-"))
         self.log_path = self._log_dir / "llama-server.log"
@@ -187,6 +198,7 @@ class LlamaServer:
             "n_ctx": n_ctx,
             "n_threads": n_threads,
             "seed": seed,
+            "prompt_cache": prompt_cache,
             "port": self.port,
             "server": "llama_cpp.server",
             "llama_cpp_version": _llama_cpp_version(),
@@ -201,6 +213,7 @@ class LlamaServer:
             n_ctx=settings.n_ctx,
             n_threads=settings.n_threads,
             seed=settings.seed,
+            prompt_cache=settings.local_prompt_cache,
             **kw,
         )
 
@@ -232,6 +245,8 @@ class LlamaServer:
             "--logits_all", "False",
             "--seed", str(self.seed),
             "--verbose", "False",
+            *(["--cache", "True", "--cache_type", "ram", "--cache_size", str(PROMPT_CACHE_BYTES)]
+              if self.prompt_cache else []),
         ]
 
     # ------------------------------------------------------------------ lifecycle

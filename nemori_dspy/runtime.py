@@ -75,11 +75,9 @@ class Runtime:
 
 
 def _start_local(settings: NemoriSettings) -> Any:
-    from .local_server import LlamaServer, resolve_gguf
+    from .local_server import LlamaServer
 
-    server = LlamaServer(resolve_gguf(settings), n_ctx=settings.n_ctx, n_threads=settings.n_threads,
-                         seed=settings.seed, port=settings.server_port)
-    return server.start()
+    return LlamaServer.from_settings(settings).start()
 
 
 def _hosted_models(settings: NemoriSettings) -> list[tuple[str, str]]:

@@ -194,6 +194,16 @@ def default_responders(groups_of: int = 5) -> dict[str, Responder]:
         msgs = i.get("episode_messages", "").splitlines()
         return chat_reply(insights=[m.split("] ", 1)[-1] for m in msgs[:2]])
 
+    def narrate_batch(i: dict[str, str]) -> str:  # each group as ``narrate`` would narrate it alone
+        groups = re.split(r"^Group \d+:\n", i["message_groups"], flags=re.M)[1:]
+        return chat_reply(episodes=[{"group": g, "cue": f"Conversation starting {lines.splitlines()[0][:60]}",
+                                     "narrative": " ".join(lines.splitlines())} for g, lines in enumerate(groups, 1)])
+
+    def consolidate_batch(i: dict[str, str]) -> str:
+        n = int(i["insight_count"])
+        return chat_reply(decisions=[{"insight": q, "action": "new", "targets": [], "merged_text": ""}
+                                     for q in range(1, n + 1)])
+
     return {
         "PartitionMessages": partition,
         "NarrateEpisode": narrate,
@@ -203,6 +213,8 @@ def default_responders(groups_of: int = 5) -> dict[str, Responder]:
         "DistillPredictionError": distill,
         "DistillDirect": distill,
         "ConsolidateKnowledge": lambda i: chat_reply(action="new", targets=[], merged_text=""),
+        "NarrateEpisodes": narrate_batch,
+        "ConsolidateKnowledgeBatch": consolidate_batch,
         "UpdateSummary": lambda i: chat_reply(updated_summary="\n".join(
             [i.get("summary", ""), *json.loads(i.get("new_insights") or "[]")]).strip()),
         "AnswerQuestion": lambda i: chat_reply(answer="7 May 2023" if i.get("context") else "I don't know"),
@@ -241,5 +253,12 @@ def replay_responders() -> dict[str, Responder]:
         action = ["new", "merge", "conflict", "new"][h % 4]
         return chat_reply(action=action, targets=[1] if action != "new" else [], merged_text=f"merged fact {h % 97}")
 
-    base.update(PartitionMessages=partition, SelectContinuation=select, ConsolidateKnowledge=consolidate)
+    def consolidate_batch(i: dict[str, str]) -> str:
+        h, n = prompt_hash(i), int(i["insight_count"])
+        actions = [["new", "merge", "conflict", "new"][(h + q) % 4] for q in range(n)]
+        return chat_reply(decisions=[{"insight": q, "action": a, "targets": [1] if a != "new" else [],
+                                      "merged_text": f"merged fact {(h + q) % 97}"} for q, a in enumerate(actions, 1)])
+
+    base.update(PartitionMessages=partition, SelectContinuation=select, ConsolidateKnowledge=consolidate,
+                ConsolidateKnowledgeBatch=consolidate_batch)
     return base

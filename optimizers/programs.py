@@ -33,6 +33,7 @@ PIPELINE_PATHS = {
     "partition": "episodic.partition", "narrate": "episodic.narrate", "select": "episodic.select",
     "integrate": "episodic.integrate", "anticipate": "semantic.anticipate", "distill": "semantic.distill",
     "consolidate": "semantic.consolidate", "direct_distill": "semantic.direct_distill", "summarize": "semantic.summarize", "answer": "response.answer",
+    "narrate_batch": "episodic.narrate_batch", "consolidate_batch": "semantic.consolidate_batch",
 }
 
 

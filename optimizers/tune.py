@@ -71,8 +71,22 @@ def parse_stages(text: str, end_to_end: bool = False) -> list[str]:
     return [s for s in TUNABLE_STAGES if s in names]
 
 
+#: stage → (setting, value under which the pipeline runs that stage's batched predictor instead of it).
+_BATCHED_INSTEAD = {"narrate": ("narration_mode", "batched"), "consolidate": ("consolidation_mode", "batched")}
+
+
 def stage_program(stage: str, pipeline: Any) -> StageProgram:
-    """The program that tunes ``stage`` (see ``optimizers.programs``)."""
+    """The program that tunes ``stage`` (see ``optimizers.programs``).
+
+    Raises:
+        ConfigError: unknown stage, or a per-item stage the pipeline's cost switches replace by its batched
+            predictor (tuning it would change a predictor that runs only on fallbacks).
+    """
+    setting, value = _BATCHED_INSTEAD.get(stage, (None, None))
+    if setting and getattr(pipeline.res.settings, setting) == value:
+        raise ConfigError(f"{setting}={value!r}: the pipeline runs {stage}_batch, so a tuned {stage!r} would "
+                          f"run only on fallbacks. Fix: tune with NEMORI_{setting.upper()}=per_"
+                          f"{'group' if stage == 'narrate' else 'insight'} (and run with it).")
     if stage == "narrate":
         return NarrateProgram(pipeline)
     if stage in ("anticipate", "distill"):

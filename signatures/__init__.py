@@ -10,7 +10,8 @@ import json
 
 import dspy
 
-from nemori_dspy.signatures.episodic import IntegrateEpisodes, NarrateEpisode, PartitionMessages, SelectContinuation
+from nemori_dspy.signatures.episodic import (IntegrateEpisodes, NarrateEpisode, NarrateEpisodes, PartitionMessages,
+                                             SelectContinuation)
 from nemori_dspy.signatures.longmemeval import (
     JudgeLongMemEvalAbstention,
     JudgeLongMemEvalDefault,
@@ -22,6 +23,7 @@ from nemori_dspy.signatures.response import AnswerQuestion, JudgeAnswer, JudgeAn
 from nemori_dspy.signatures.semantic import (
     AnticipateEpisode,
     ConsolidateKnowledge,
+    ConsolidateKnowledgeBatch,
     DistillDirect,
     DistillPredictionError,
     UpdateSummary,
@@ -30,11 +32,13 @@ from nemori_dspy.signatures.semantic import (
 __all__ = [
     "PartitionMessages",
     "NarrateEpisode",
+    "NarrateEpisodes",
     "SelectContinuation",
     "IntegrateEpisodes",
     "AnticipateEpisode",
     "DistillPredictionError",
     "ConsolidateKnowledge",
+    "ConsolidateKnowledgeBatch",
     "DistillDirect",
     "UpdateSummary",
     "AnswerQuestion",
@@ -61,6 +65,8 @@ SIGNATURES: dict[str, type[dspy.Signature]] = {
     "distill": DistillPredictionError,
     "consolidate": ConsolidateKnowledge,
     "direct_distill": DistillDirect,
+    "narrate_batch": NarrateEpisodes,
+    "consolidate_batch": ConsolidateKnowledgeBatch,
     "summarize": UpdateSummary,
     "answer": AnswerQuestion,
     "judge": JudgeAnswer,

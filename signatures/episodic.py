@@ -7,8 +7,10 @@ instructions are our reconstruction from its description of each prompt.
 from __future__ import annotations
 
 import dspy
+from pydantic import BaseModel, Field
 
-__all__ = ["PartitionMessages", "NarrateEpisode", "SelectContinuation", "IntegrateEpisodes"]
+__all__ = ["PartitionMessages", "NarrateEpisode", "SelectContinuation", "IntegrateEpisodes", "NarratedEpisode",
+           "NarrateEpisodes"]
 
 
 class PartitionMessages(dspy.Signature):
@@ -39,6 +41,31 @@ class NarrateEpisode(dspy.Signature):
     narrative: str = dspy.OutputField(desc="third-person narrative with absolute dates, 2-6 sentences")
 
 
+class NarratedEpisode(BaseModel):
+    """One group's cue and narrative inside a batched P_nar reply (``NarrateEpisodes``)."""
+
+    group: int = Field(description="number of the group this episode narrates (1-based)")
+    cue: str = Field(description="episodic cue: one-line title with who, what and the absolute date")
+    narrative: str = Field(description="third-person narrative with absolute dates, 2-6 sentences")
+
+
+class NarrateEpisodes(dspy.Signature):
+    """Turn each numbered group of messages into its own narrative episodic memory (P_nar batched, §3.2.2,
+    Appendix D.1.2).
+
+    For every group write the cue: a short title naming who did what, and when (absolute date), and the
+    narrative: a faithful third-person account of what happened and what was said in that group only,
+    naming the speakers, keeping concrete details (names, places, numbers, feelings, plans). Convert every
+    relative time expression ("yesterday", "last week", "next month") into an absolute date using the
+    message timestamps, e.g. a message dated 2021-03-12 saying "yesterday" means 11 March 2021. Do not
+    invent facts. Return exactly one episode per group, in the order of the groups."""
+
+    message_groups: str = dspy.InputField(
+        desc="numbered groups: a 'Group g:' line, then its messages '[YYYY-MM-DD HH:MM] speaker: text'")
+    group_count: int = dspy.InputField(desc="how many groups there are; episodes run 1..group_count")
+    episodes: list[NarratedEpisode] = dspy.OutputField(desc="one episode (group, cue, narrative) per group, in order")
+
+
 class SelectContinuation(dspy.Signature):
     """Decide whether a new episode continues one of several earlier episodes (P_sel, §3.2.3, Appendix D.1.3).
 
@@ -47,7 +74,8 @@ class SelectContinuation(dspy.Signature):
     Sharing a person or a general theme is not enough. Answer -1 if none continues it."""
 
     new_episode: str = dspy.InputField(desc="cue and narrative of the new episode")
-    candidates: str = dspy.InputField(desc="numbered earlier episodes: '[k] (date span) cue: narrative'")
+    candidates: str = dspy.InputField(desc="numbered earlier episodes: '[k] (date span) cue: narrative', or "
+                                      "'[k] (date span) cue' when only cues are sent")
     choice: int = dspy.OutputField(desc="number k of the continued candidate, or -1 for none")
 
 

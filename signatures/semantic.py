@@ -10,9 +10,10 @@ import re
 from typing import Any
 
 import dspy
+from pydantic import BaseModel, Field
 
 __all__ = ["AnticipateEpisode", "DistillPredictionError", "ConsolidateKnowledge", "DistillDirect",
-           "ConsolidationAction", "UpdateSummary"]
+           "ConsolidationAction", "ConsolidationDecision", "ConsolidateKnowledgeBatch", "UpdateSummary"]
 
 _LEADING_ACTION = re.compile(r"\s*[\"'`]?\s*(new|merge|conflict)\b", re.IGNORECASE)
 
@@ -88,6 +89,35 @@ class ConsolidateKnowledge(dspy.Signature):
     action: ConsolidationAction = dspy.OutputField(desc="new, merge or conflict")
     targets: list[int] = dspy.OutputField(desc="numbers of the affected existing entries; [] for new")
     merged_text: str = dspy.OutputField(desc="for merge: the unified statement; otherwise empty")
+
+
+class ConsolidationDecision(BaseModel):
+    """One insight's P_con decision inside a batched reply (``ConsolidateKnowledgeBatch``)."""
+
+    insight: int = Field(description="number of the insight this decision is for (1-based)")
+    action: ConsolidationAction = Field(description="new, merge or conflict")
+    targets: list[int] = Field(default_factory=list,
+                               description="numbers of the affected entries listed under this insight; [] for new")
+    merged_text: str = Field(default="", description="for merge: the unified statement; otherwise empty")
+
+
+class ConsolidateKnowledgeBatch(dspy.Signature):
+    """Decide how each new insight of one episode enters semantic memory (P_con batched, §3.3.3, Appendix D.1.7).
+
+    Each numbered insight is listed with its own numbered similar existing entries. For each insight,
+    compare it only with the entries listed under it and decide:
+    - new: it adds information none of them holds.
+    - merge: it complements or refines some entries about the same subject; give their numbers and
+      one merged statement keeping every detail of both.
+    - conflict: it contradicts or updates some entries (newer information wins); give their numbers.
+    Return exactly one decision per insight, in the order of the insights.
+    """
+
+    insights_with_entries: str = dspy.InputField(
+        desc="numbered insights, each followed by its own numbered entries: 'Insight q: text' then '  [i] text' lines")
+    insight_count: int = dspy.InputField(desc="how many insights there are; decisions run 1..insight_count")
+    decisions: list[ConsolidationDecision] = dspy.OutputField(
+        desc="one decision per insight, in order; targets number the entries under that insight")
 
 
 class DistillDirect(dspy.Signature):

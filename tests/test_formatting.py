@@ -1,11 +1,66 @@
-"""Prompt rendering: per-message clipping under a prompt budget, with a floor."""
+"""Rendering helpers: per-message clipping under a prompt budget (with a floor), batched-stage inputs and the
+token-capped answer context (``fit_context``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from nemori_dspy.formatting import MIN_MESSAGE_CHARS, per_message_chars, render_messages
-from nemori_dspy.types import StoredMessage
+from nemori_dspy.formatting import (CONTEXT_HEADERS, MIN_MESSAGE_CHARS, fit_context, per_message_chars,
+                                    render_context, render_groups, render_insight_candidates, render_messages)
+from nemori_dspy.types import Episode, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage
+
+TS = datetime(2023, 5, 8, 13, 0)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _result(k=3, m=6) -> SearchResult:
+    eps = []
+    for i in range(k):
+        msg = StoredMessage(user_id="u", id=f"m{i}", seq=i, speaker="A", content=f"raw {i} " * 5, timestamp=TS)
+        eps.append(ScoredEpisode(score=1 - i / 10, episode=Episode(
+            id=f"e{i}", user_id="u", cue=f"cue{i}", narrative=f"narr{i}", message_ids=[f"m{i}"], messages=[msg],
+            start=TS, end=TS, vector=[1.0])))
+    facts = [ScoredSemantic(score=1 - j / 10, entry=SemanticEntry(id=f"s{j}", user_id="u", text=f"fact{j}",
+                                                                   vector=[1.0])) for j in range(m)]
+    return SearchResult(episodes=eps, semantic=facts)
+
+
+def test_fit_context_admits_items_by_rank_and_renders_in_the_papers_section_order():
+    result = _result()
+    headers = sum(_words(h) + 1 for h in CONTEXT_HEADERS)
+    # episode 0 (4 words+1), raw 0 (13 words+1), facts 0-1 (2 words+1 each): fits exactly
+    kept, raw_ids = fit_context(result, 2, headers + 5 + 14 + 3 + 3, count=_words)
+    assert [s.episode.id for s in kept.episodes] == ["e0"] and raw_ids == {"e0"}
+    assert [s.entry.id for s in kept.semantic] == ["s0", "s1"]
+    text = render_context(kept, 2, raw_ids=raw_ids)
+    assert text.index(CONTEXT_HEADERS[0]) < text.index(CONTEXT_HEADERS[1]) < text.index(CONTEXT_HEADERS[2])
+    assert _words(text) <= headers + 25
+
+
+def test_fit_context_skips_an_item_that_does_not_fit_and_takes_smaller_later_ones():
+    result = _result(k=2, m=2)
+    headers = sum(_words(h) + 1 for h in CONTEXT_HEADERS)
+    kept, raw_ids = fit_context(result, 2, headers + 5 + 3 + 5, count=_words)  # no room for raw (14)
+    assert [s.episode.id for s in kept.episodes] == ["e0", "e1"] and raw_ids == set()
+    assert [s.entry.id for s in kept.semantic] == ["s0"]
+
+
+def test_fit_context_with_room_for_everything_keeps_everything():
+    result = _result()
+    kept, raw_ids = fit_context(result, 2, 10_000, count=_words)
+    assert kept == result and raw_ids == {"e0", "e1"}
+    assert render_context(kept, 2, raw_ids=raw_ids) == render_context(result, 2)
+
+
+def test_batched_inputs_number_groups_and_insights_from_one():
+    m = StoredMessage(user_id="u", id="m", seq=1, speaker="A", content="hi", timestamp=TS)
+    assert render_groups([[m], [m, m]]) == ("Group 1:\n[2023-05-08 13:00] A: hi\nGroup 2:\n"
+                                            "[2023-05-08 13:00] A: hi\n[2023-05-08 13:00] A: hi")
+    assert render_insight_candidates([("x", ["a", "b"]), ("y", ["c"])]) == (
+        "Insight 1: x\n  [1] a\n  [2] b\nInsight 2: y\n  [1] c")
 
 
 def test_messages_share_the_budget_but_are_never_clipped_below_the_floor():

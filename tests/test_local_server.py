@@ -62,6 +62,16 @@ def test_server_command_and_flags(tmp_path):
     srv.stop()  # never started: no-op
 
 
+def test_prompt_cache_setting_turns_on_the_servers_ram_cache(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    assert "--cache" not in LlamaServer(f, port=1).command()
+    srv = LlamaServer.from_settings(NemoriSettings(gguf=str(f), local_prompt_cache=True, server_port=1))
+    cmd = srv.command()
+    assert cmd[cmd.index("--cache") + 1] == "True" and cmd[cmd.index("--cache_type") + 1] == "ram"
+    assert srv.flags["prompt_cache"] is True
+
+
 def test_server_exit_raises_with_log(tmp_path):
     from nemori_dspy.errors import ModelServerError
 

@@ -14,13 +14,14 @@ from typing import Callable, Iterable, Sequence
 import dspy
 
 from ..errors import LLMError
-from ..formatting import render_candidates, render_episode, render_messages, render_numbered_messages
+from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
+                          render_numbered_messages)
 from ..types import Episode, StoredMessage, instant
 from ..recording import stage_meta
 from ..usage import tally
 from .resources import Resources
 
-__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS"]
+__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives"]
 
 #: when P_nar / P_int return a narrative but an empty cue, the cue is the narrative's first this many characters:
 #: about a title's length (the paper's cues are one short phrase), so lists, P_sel's candidates and the embedded
@@ -85,6 +86,30 @@ def repair_partition(groups: object, n: int) -> tuple[list[list[int]], list[str]
     return groups_sorted, problems
 
 
+def batch_narratives(reply: object, n: int) -> list[tuple[str, str]] | None:
+    """(cue, narrative) per group from a batched P_nar reply for ``n`` groups, or None when it cannot be used.
+
+    Usable means exactly ``n`` items whose ``group`` numbers are 1..n (any order; they are put in group
+    order) and whose narratives are all non-empty. Items may be ``NarratedEpisode`` models or dicts.
+    """
+    if not isinstance(reply, list) or len(reply) != n:
+        return None
+    rows = []
+    for item in reply:
+        get = item.get if isinstance(item, dict) else (lambda k, i=item: getattr(i, k, None))
+        try:
+            group = int(get("group"))
+        except (TypeError, ValueError):
+            return None
+        cue, narrative = str(get("cue") or "").strip(), str(get("narrative") or "").strip()
+        if not narrative:
+            return None
+        rows.append((group, cue, narrative))
+    if sorted(g for g, _, _ in rows) != list(range(1, n + 1)):
+        return None
+    return [(cue, narrative) for _, cue, narrative in sorted(rows)]
+
+
 def split_at_gaps(messages: Sequence[StoredMessage], gap_hours: float | None,
                   naive_timezone: str = "UTC") -> list[list[StoredMessage]]:
     """Consecutive runs of ``messages`` with no gap above ``gap_hours`` between neighbours (None: one run).
@@ -141,6 +166,8 @@ class EpisodicIntegration(dspy.Module):
         self.res = resources
         self.partition = make("partition")
         self.narrate = make("narrate")
+        # only what this configuration runs (see SemanticDistillation): the batched narrator when it is switched on
+        self.narrate_batch = make("narrate_batch") if resources.settings.narration_mode == "batched" else None
         self.select = make("select")
         self.integrate = make("integrate")
 
@@ -151,9 +178,12 @@ class EpisodicIntegration(dspy.Module):
                 for g in self.partition_segment(seg)]
 
     def partition_segment(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
-        """P_par with validation and repair; one message → one group without an LLM call."""
+        """P_par with validation and repair; a segment shorter than ``partition_min_messages`` (default
+        ``config.PARTITION_MIN_MESSAGES``) → one group without an LLM call (``partition_skipped_short``)."""
         n = len(messages)
-        if n == 1:
+        if n < max(2, self.res.settings.partition_min_messages):
+            if n > 1:
+                tally("partition_skipped_short")
             return [list(messages)]
         try:
             reply = self.partition(messages=render_numbered_messages(messages, self.res.settings.max_message_chars,
@@ -175,7 +205,50 @@ class EpisodicIntegration(dspy.Module):
         with stage_meta(message_ids=[m.id for m in msgs]):
             pred = self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
                                                          s.resolve_relative_dates))
-        cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
+        return self._episode(user_id, msgs, str(pred.cue), str(pred.narrative), window)
+
+    def narrate_groups(self, user_id: str, groups: list[list[StoredMessage]], window: int) -> list[Episode]:
+        """P_nar for every group of a window, one episode per group in order.
+
+        ``narration_mode="batched"`` asks for all groups in one ``narrate_batch`` call (when there are two or
+        more); a reply that does not parse, or whose episodes do not match the groups one to one, falls back to
+        one ``narrate`` call per group (``narrate_batch_fallback``).
+
+        Raises:
+            LLMError: a per-group narration failed or returned an empty narrative.
+        """
+        if self.res.settings.narration_mode == "batched" and len(groups) > 1:
+            episodes = self._narrate_batched(user_id, groups, window)
+            if episodes is not None:
+                return episodes
+            tally("narrate_batch_fallback")
+        return [self.narrate_group(user_id, g, window) for g in groups]
+
+    def _narrate_batched(self, user_id: str, groups: list[list[StoredMessage]], window: int) -> list[Episode] | None:
+        """One ``narrate_batch`` call for ``groups``; None when the reply cannot be used (see ``batch_narratives``)."""
+        s = self.res.settings
+        try:
+            with stage_meta(message_ids=[m.id for g in groups for m in g]):
+                reply = self.narrate_batch(message_groups=render_groups(groups, s.max_message_chars,
+                                                                        s.max_prompt_chars, s.resolve_relative_dates),
+                                           group_count=len(groups)).episodes
+        except LLMError as exc:
+            log.info("batched narration failed, narrating group by group: %s", exc)
+            return None
+        items = batch_narratives(reply, len(groups))
+        if items is None:
+            log.info("batched narration reply does not match the %d groups; narrating group by group", len(groups))
+            return None
+        return [self._episode(user_id, g, cue, narrative, window) for g, (cue, narrative) in zip(groups, items)]
+
+    def _episode(self, user_id: str, msgs: list[StoredMessage], cue: str, narrative: str, window: int) -> Episode:
+        """The episode of ``msgs`` narrated as (cue, narrative); v = emb(cue ‖ narrative).
+
+        Raises:
+            LLMError: the narrative is empty (the messages stay buffered).
+        """
+        s = self.res.settings
+        cue, narrative = cue.strip(), narrative.strip()
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")
@@ -204,7 +277,8 @@ class EpisodicIntegration(dspy.Module):
         """P_sel over the top-K_e candidates; returns the chosen one or None (idx = -1)."""
         if not candidates:
             return None
-        choice = self.select(new_episode=render_episode(ep), candidates=render_candidates(candidates)).choice
+        cues_only = self.res.settings.select_inputs == "cues"
+        choice = self.select(new_episode=render_episode(ep), candidates=render_candidates(candidates, cues_only)).choice
         try:
             k = int(choice)
         except (TypeError, ValueError):
@@ -216,8 +290,9 @@ class EpisodicIntegration(dspy.Module):
         out: dict[str, Episode] = {}        # id → episode to store, in creation order
         current: dict[str, Episode] = {}    # stored id (or earlier merged id) → its latest version
         superseded: list[str] = []
-        for msgs in self.split(messages):
-            ep = self.narrate_group(user_id, msgs, window)
+        # every P_nar call before any P_sel/P_int: consecutive calls of one stage share their instruction prefix,
+        # which the llama.cpp server reuses from the previous prompt (README "Cost switches")
+        for ep in self.narrate_groups(user_id, self.split(messages), window):
             hits = self.res.store.search_episodes(user_id, ep.vector, s.association_top_k, before_window=window)
             cands = [current.get(h.episode.id, h.episode) for h in hits]
             cands = [c for c in {c.id: c for c in cands}.values()

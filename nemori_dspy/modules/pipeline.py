@@ -29,12 +29,15 @@ from .response import ResponseGeneration
 from .flat import FlatSummaryDistillation
 from .semantic import SemanticDistillation
 
-__all__ = ["NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
+__all__ = ["BATCHED_STAGES", "NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
 
 #: semantic entries nearest an episode recorded as "already known" before its distillation (tuning data only).
 KNOWN_BEFORE_TOP_K = 10
 
 log = logging.getLogger(__name__)
+
+#: stages added after programs were first saved (cost switches, issue 10): a program without them still loads.
+BATCHED_STAGES = frozenset({"narrate_batch", "consolidate_batch"})
 
 
 def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | None = None,
@@ -153,19 +156,26 @@ class NemoriPipeline(dspy.Module):
     def load_state(self, state: dict, **kwargs: Any) -> "NemoriPipeline":
         """DSPy's ``load_state``, with a clear error when the saved program lacks a predictor this
         configuration runs (e.g. saved with ``distillation="direct"``, loaded with prediction-error
-        distillation). State of predictors this configuration does not run is ignored.
+        distillation). A program saved before a batched stage existed (``narrate_batch``,
+        ``consolidate_batch``) loads: those predictors keep their untuned state (logged). State of
+        predictors this configuration does not run is ignored.
 
         Raises:
-            ConfigError: a predictor of this pipeline has no state in ``state``.
+            ConfigError: a predictor of this pipeline (other than a batched one) has no state in ``state``.
         """
-        missing = [name for name, _ in self.named_parameters() if name not in state]
+        absent = [name for name, _ in self.named_parameters() if name not in state]
+        later = {n: p.dump_state(json_mode=False) for n, p in self.named_parameters()
+                 if n in absent and n.split(".")[1] in BATCHED_STAGES}
+        missing = [n for n in absent if n not in later]
         if missing:
             s = self.res.settings
             raise ConfigError(f"the saved program has no state for {', '.join(missing)}, which this configuration "
                               f"runs (distillation={s.distillation!r}, consolidation={s.consolidation}, "
                               f"semantic_management={s.semantic_management!r}). Fix: load it with the settings it "
                               "was saved with.")
-        super().load_state(state, **kwargs)
+        if later:
+            log.info("loaded program has no state for %s; they stay untuned", sorted(later))
+        super().load_state({**later, **state}, **kwargs)
         return self
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:

@@ -8,7 +8,8 @@ from typing import Callable, Collection
 
 import dspy
 
-from ..formatting import render_context
+from ..formatting import fit_context, render_context
+from ..usage import tally
 from ..types import SearchResult
 from .resources import Resources
 
@@ -50,6 +51,8 @@ class ResponseGeneration(dspy.Module):
 
         ``include_*=False`` leaves that part out of this call's context (the eval's ablation systems): no
         episode search, no semantic search, no raw messages.
+        With ``answer_context_tokens`` set, ``retrieved`` holds only what fit the cap (``formatting.fit_context``), so
+        evidence recall is measured on what P_ans actually sees.
 
         Returns:
             ``dspy.Prediction(context=str, retrieved=SearchResult, search_ms=float)``; ``context`` is "" when
@@ -65,7 +68,16 @@ class ResponseGeneration(dspy.Module):
         search_ms = (time.perf_counter() - t0) * 1000
         s = self.res.settings
         r = s.raw_episodes_top_r if raw else 0
-        context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+        raw_ids = None
+        if s.answer_context_tokens is not None and (retrieved.episodes or retrieved.semantic):
+            n = len(retrieved.episodes) + len(retrieved.semantic)
+            retrieved, raw_ids = fit_context(retrieved, r, s.answer_context_tokens, max_chars=s.max_message_chars,
+                                             resolve_dates=s.resolve_relative_dates)
+            dropped = n - len(retrieved.episodes) - len(retrieved.semantic)
+            if dropped:
+                tally("answer_context_items_dropped", dropped)
+        context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
+                                 raw_ids)
         return dspy.Prediction(context=context, retrieved=retrieved, search_ms=search_ms)
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:

@@ -15,7 +15,8 @@ from typing import Callable
 import dspy
 import numpy as np
 
-from ..formatting import render_entries, render_fact, render_messages, strip_fact_date
+from ..errors import LLMError
+from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
 from ..noise import is_noise_insight, strip_noise
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import tally
@@ -146,6 +147,7 @@ class SemanticDistillation(dspy.Module):
         self.anticipate = None if direct else make("anticipate")
         self.distill = None if direct else make("distill")
         self.consolidate = make("consolidate") if s.consolidation else None
+        self.consolidate_batch = make("consolidate_batch") if s.consolidation and s.consolidation_mode == "batched" else None
         self.direct_distill = make("direct_distill") if direct else None
 
     def evoke(self, user_id: str, episode: Episode) -> list[SemanticEntry]:
@@ -208,12 +210,79 @@ class SemanticDistillation(dspy.Module):
         and the candidates with their event dates, so it can tell which is newer; a date prefix it copies
         into ``merged_text`` is removed (the merged entry carries the union span instead).
         """
+        pending = self._prepare(user_id, episode, insight, plan)
+        if pending is None:
+            return
+        self._ask_one(user_id, episode, plan, *pending)
+
+    def _ask_one(self, user_id: str, episode: Episode, plan: Consolidation, new_entry: SemanticEntry,
+                 cands: list[tuple[SemanticEntry, float]]) -> None:
+        """One per-insight P_con call for ``new_entry`` against its ``cands``, applied by ``_decide``."""
+        d = self.consolidate(insight=render_fact(new_entry),
+                             existing_entries=render_entries([render_fact(e) for e, _ in cands]))
+        self._decide(user_id, episode, plan, new_entry, cands, str(d.action), d.targets, d.merged_text)
+
+    def apply_batch(self, user_id: str, episode: Episode, insights: list[str], plan: Consolidation) -> None:
+        """P_con for every insight of ``episode`` in one ``consolidate_batch`` call (``consolidation_mode="batched"``).
+
+        Same semantics and guards as ``apply``, insight by insight in order: exact duplicates are skipped and
+        insights with no candidate above the floor are inserted as new before the call (so later insights see
+        them as candidates, as in ``apply``); only the rest go to the call, each with its own numbered
+        candidates. A decision's targets number that insight's candidates; a number out of range (hence
+        below the floor) or naming an entry an earlier decision of the batch already retired is refused, and
+        with no valid target left the insight is stored as new (``_decide``). One pending insight goes
+        through ``apply``'s single call. A reply that does not parse, or that lacks a decision for an insight,
+        sends those insights to per-insight ``apply`` calls (``consolidation.batch_fallback``).
+        """
+        asked: list[tuple[str, SemanticEntry, list[tuple[SemanticEntry, float]]]] = []
+        for insight in insights:
+            pending = self._prepare(user_id, episode, insight, plan)
+            if pending is not None:
+                asked.append((insight, *pending))
+        if len(asked) <= 1:  # one pending insight: the per-insight call is the same cost
+            for _, new_entry, cands in asked:
+                self._ask_one(user_id, episode, plan, new_entry, cands)
+            return
+        decisions = self._batch_decisions(asked)
+        for q, (insight, new_entry, cands) in enumerate(asked, 1):
+            d = decisions.get(q)
+            if d is None:
+                tally("consolidation.batch_fallback")
+                self.apply(user_id, episode, insight, plan)
+                continue
+            self._decide(user_id, episode, plan, new_entry, cands, str(d["action"]), d["targets"], d["merged_text"])
+
+    def _batch_decisions(self, asked: list[tuple[str, SemanticEntry, list[tuple[SemanticEntry, float]]]]
+                         ) -> dict[int, dict]:
+        """Insight number → decision (``action``, ``targets``, ``merged_text``) from one batched call; {} if it
+        failed. A second decision for one insight, or one for a number not asked about, is ignored."""
+        items = [(render_fact(new), [render_fact(e) for e, _ in cands]) for _, new, cands in asked]
+        try:
+            reply = self.consolidate_batch(insights_with_entries=render_insight_candidates(items),
+                                           insight_count=len(items)).decisions
+        except LLMError as exc:
+            log.info("batched consolidation failed, consolidating insight by insight: %s", exc)
+            return {}
+        out: dict[int, dict] = {}
+        for d in reply if isinstance(reply, list) else []:
+            d = d.model_dump() if hasattr(d, "model_dump") else d
+            q = _ints(d.get("insight") if isinstance(d, dict) else None)
+            if q and 1 <= q[0] <= len(items) and q[0] not in out:
+                out[q[0]] = {"action": d.get("action"), "targets": d.get("targets") or [],
+                             "merged_text": d.get("merged_text") or ""}
+        return out
+
+    def _prepare(self, user_id: str, episode: Episode, insight: str, plan: Consolidation
+                 ) -> tuple[SemanticEntry, list[tuple[SemanticEntry, float]]] | None:
+        """Everything before P_con for one insight: None when it is settled without an LLM call (an exact
+        duplicate skipped or re-dated; no candidate above the floor → inserted as new), else (its entry,
+        its candidates)."""
         if plan.holds(insight):
             tally("insight_duplicates_skipped")
             log.debug("insight %r is already in memory; skipped", insight)
             if plan.redate(insight, episode, self.res.settings.naive_timezone):
                 tally("insight_duplicates_redated")
-            return
+            return None
         vec = self.res.embed(insight)
         new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
                                   vector=vec, source_episode_ids=[episode.id], event_start=episode.start,
@@ -224,12 +293,21 @@ class SemanticDistillation(dspy.Module):
         if not cands:
             plan.inserts.append(new_entry)
             tally("consolidation.new")
-            return
-        d = self.consolidate(insight=render_fact(new_entry),
-                             existing_entries=render_entries([render_fact(e) for e, _ in cands]))
-        targets = [cands[i - 1][0] for i in sorted(set(_ints(d.targets))) if 1 <= i <= len(cands)]
-        action = str(d.action)
-        merged = strip_fact_date(str(d.merged_text or "")).strip()
+            return None
+        return new_entry, cands
+
+    def _decide(self, user_id: str, episode: Episode, plan: Consolidation, new_entry: SemanticEntry,
+                cands: list[tuple[SemanticEntry, float]], action: str, raw_targets: object, raw_merged: object) -> None:
+        """Apply one P_con decision to ``plan``. The guard: targets are 1-based numbers into ``cands`` (all at or
+        above the floor); a number out of range, or naming an entry no longer live in ``plan`` (retired by an
+        earlier decision), is refused (``consolidation.refused_targets``); merge/conflict with no valid target
+        left, or merge without text, becomes new."""
+        numbers = sorted(set(_ints(raw_targets)))
+        live = {e.id for e in plan.inserts} | (set(plan.stored) - set(plan.deletes))
+        targets = [cands[i - 1][0] for i in numbers if 1 <= i <= len(cands) and cands[i - 1][0].id in live]
+        if len(targets) < len(numbers) and action in ("merge", "conflict"):
+            tally("consolidation.refused_targets", len(numbers) - len(targets))
+        merged = strip_fact_date(str(raw_merged or "")).strip()
         if action == "merge" and targets and merged:
             replacement = self._merged(user_id, episode, merged, targets)
         elif action == "conflict" and targets:
@@ -254,8 +332,11 @@ class SemanticDistillation(dspy.Module):
         found, evoked = self.insights(user_id, episode)
         live = self.res.store.list_semantic(user_id)
         plan = Consolidation(stored={e.id: normalise_fact(e.text) for e in live}, entries={e.id: e for e in live})
-        for insight in found:
-            self.apply(user_id, episode, insight, plan)
+        if self.res.settings.consolidation_mode == "batched":
+            self.apply_batch(user_id, episode, found, plan)
+        else:
+            for insight in found:
+                self.apply(user_id, episode, insight, plan)
         tally("insights", len(found))
         return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.eval.cache import construction_key
 from nemori_dspy.modules.pipeline import NemoriPipeline, stage_factory
@@ -56,3 +58,15 @@ def test_consolidation_floor_and_naive_timezone_change_the_key():
     base = NemoriSettings()
     assert _key(base.model_copy(update={"consolidation_min_similarity": None})) != _key(base)
     assert _key(base.model_copy(update={"naive_timezone": "Asia/Shanghai"})) != _key(base)
+
+
+@pytest.mark.parametrize("change", [{"consolidation_mode": "batched"}, {"narration_mode": "batched"},
+                                    {"partition_min_messages": 2}, {"select_inputs": "cues"},
+                                    {"semantic_management": "flat"}, {"evoke_threshold": 0.7}])
+def test_every_construction_switch_is_in_the_memory_key(change):
+    assert construction_key(NemoriSettings(**change), "m", "e", "d") != construction_key(NemoriSettings(), "m", "e", "d")
+
+
+@pytest.mark.parametrize("change", [{"answer_context_tokens": 2000}, {"lexical_weight": 0.0}, {"episodes_top_k": 5}])
+def test_answer_side_settings_reuse_the_memory(change):
+    assert construction_key(NemoriSettings(**change), "m", "e", "d") == construction_key(NemoriSettings(), "m", "e", "d")

@@ -235,3 +235,67 @@ def test_an_episode_narrated_without_a_cue_is_labelled_by_its_narrative_start(tm
         mem.add_messages("u", _messages(10))
     (ep,) = mem.list_episodes("u")
     assert ep.cue == narrative.strip()[:CUE_FALLBACK_CHARS] and len(ep.cue) == CUE_FALLBACK_CHARS < len(ep.narrative)
+
+
+# --- cost switches of episodic integration (README "Cost switches")
+def _run(tmp_path, responders, n=20, **settings):
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=20, **settings))
+        mem.add_messages("u", _messages(n))
+        mem.flush("u")
+        return lm, mem.list_episodes("u")
+
+
+def test_batched_narration_makes_one_call_per_window_with_the_same_episodes(tmp_path):
+    lm_paper, paper = _run(tmp_path / "a", default_responders(), narration_mode="per_group")
+    lm, batched = _run(tmp_path / "b", default_responders(), narration_mode="batched")
+    assert lm_paper.calls["NarrateEpisode"] == 4 and "NarrateEpisodes" not in lm_paper.calls
+    assert lm.calls["NarrateEpisodes"] == 1 and "NarrateEpisode" not in lm.calls
+    assert [(e.id, e.cue, e.narrative) for e in batched] == [(e.id, e.cue, e.narrative) for e in paper]
+
+
+@pytest.mark.parametrize("reply", [
+    lambda i: "not the format",                                                          # does not parse
+    lambda i: chat_reply(episodes=[{"group": 1, "cue": "c", "narrative": "n"}]),         # too few episodes
+    lambda i: chat_reply(episodes=[{"group": g, "cue": "c", "narrative": "n"} for g in (1, 1, 2, 3)]),  # bad numbers
+    lambda i: chat_reply(episodes=[{"group": g, "cue": "c", "narrative": ""} for g in (1, 2, 3, 4)]),   # empty
+])
+def test_unusable_batched_narration_falls_back_to_one_call_per_group(tmp_path, reply):
+    responders = default_responders()
+    responders["NarrateEpisodes"] = reply
+    lm, eps = _run(tmp_path, responders, narration_mode="batched")
+    assert lm.calls["NarrateEpisode"] == 4 and len(eps) == 4
+    assert all(e.narrative != "n" for e in eps)
+
+
+def test_every_narration_runs_before_association(tmp_path):
+    """Calls of one stage run back to back, so the server reuses their shared instruction prefix."""
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=20))
+        mem.add_messages("u", _messages(20))
+        mem.add_messages("u", _messages(20, start=datetime(2023, 5, 8, 14, 0), prefix="D2"))
+    order = [name for name, _ in lm.prompts if name in ("NarrateEpisode", "SelectContinuation")]
+    window2 = order[4:]  # window 1: 4 narrations and no select (nothing earlier to continue)
+    assert window2[:4] == ["NarrateEpisode"] * 4 and set(window2[4:]) == {"SelectContinuation"}
+
+
+@pytest.mark.parametrize("n, min_messages, partition_calls", [(2, 3, 0), (2, 2, 1), (3, 3, 1), (1, 2, 0)])
+def test_segments_shorter_than_partition_min_messages_skip_p_par(tmp_path, n, min_messages, partition_calls):
+    lm, eps = _run(tmp_path, default_responders(), n=n, partition_min_messages=min_messages)
+    assert lm.calls.get("PartitionMessages", 0) == partition_calls
+    assert sorted(m for e in eps for m in e.message_ids) == sorted(f"D1:{i}" for i in range(1, n + 1))
+
+
+def test_select_on_cues_sends_no_candidate_narratives(tmp_path):
+    lm = ScriptedLM(default_responders(groups_of=20))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64),
+                     NemoriSettings(window_size=20, select_inputs="cues"))
+        mem.add_messages("u", _messages(20))
+        mem.add_messages("u", _messages(20, start=datetime(2023, 5, 8, 14, 0), prefix="D2"))
+    first = mem.list_episodes("u")[0]
+    sent = [i for name, i in lm.prompts if name == "SelectContinuation"][0]
+    assert first.cue in sent["candidates"] and first.narrative not in sent["candidates"]
+    assert sent["candidates"].startswith("[1] (2023-05-08) ")

@@ -32,6 +32,12 @@ def test_predictor_names_are_stable(tmp_path):
     assert {name for name, _ in _pipeline(tmp_path).named_predictors()} == NAMES
 
 
+def test_batched_switches_add_their_predictors(tmp_path):
+    batched = _pipeline(tmp_path, narration_mode="batched", consolidation_mode="batched")
+    assert {name for name, _ in batched.named_predictors()} == NAMES | {
+        "episodic.narrate_batch.predict", "semantic.consolidate_batch.predict"}
+
+
 def test_only_the_predictors_a_configuration_runs_are_in_the_program(tmp_path):
     from nemori_dspy.errors import ConfigError
     from nemori_dspy.optimizers.programs import PIPELINE_PATHS, pipeline_stage
@@ -137,3 +143,18 @@ def test_a_stage_flat_management_does_not_run_is_named_not_an_attribute_error(tm
     assert pipeline_stage(flat, "summarize") is flat.semantic.summarize
     with pytest.raises(ConfigError, match="'consolidate' is not run by this configuration"):
         pipeline_stage(flat, "consolidate")
+
+
+def test_a_program_saved_before_the_batched_stages_existed_still_loads(tmp_path):
+    import json
+
+    saved = _pipeline(tmp_path)
+    saved.episodic.narrate.predict.signature = saved.episodic.narrate.predict.signature.with_instructions("TUNED")
+    saved.save(str(tmp_path / "program.json"))
+    old = json.loads((tmp_path / "program.json").read_text())
+    assert not any("_batch" in k for k in old)  # the default configuration runs no batched stage
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "x").mkdir()
+    fresh = _pipeline(tmp_path / "x", narration_mode="batched", consolidation_mode="batched")
+    fresh.load(str(tmp_path / "old.json"))
+    assert fresh.episodic.narrate.predict.signature.instructions == "TUNED"

@@ -92,3 +92,23 @@ def test_context_parts_are_switched_per_call_not_by_unused_constructor_flags():
     assert list(inspect.signature(ResponseGeneration.__init__).parameters) == ["self", "resources", "make"]
     assert {"include_episodes", "include_semantic", "include_raw"} <= set(
         inspect.signature(ResponseGeneration.context).parameters)
+
+
+# --- answer_context_tokens: the context is capped by tokens, best-ranked items first
+def test_answer_context_cap_keeps_the_best_ranked_items_within_the_token_budget(tmp_path):
+    from nemori_dspy.formatting import count_tokens
+
+    full = _setup(tmp_path / "a").context("u", "q?")
+    capped_rg = _setup(tmp_path / "b", answer_context_tokens=62)
+    capped = capped_rg.context("u", "q?")
+    assert count_tokens(capped.context) <= 62 < count_tokens(full.context)
+    # rank order: e1 (best), its raw messages, its fact share (s1), then e2 ...
+    assert "narrative 1" in capped.context and "raw message 1" in capped.context and "fact 1" in capped.context
+    assert "narrative 0" not in capped.context  # the worst episode is the first to go
+    assert [s.episode.id for s in capped.retrieved.episodes] == ["e1", "e2"][:len(capped.retrieved.episodes)]
+
+
+def test_answer_context_cap_off_is_the_paper_context(tmp_path):
+    full = _setup(tmp_path / "a").context("u", "q?").context
+    assert _setup(tmp_path / "b", answer_context_tokens=100_000).context("u", "q?").context == full
+    assert _setup(tmp_path / "c", answer_context_tokens="off").context("u", "q?").context == full

@@ -422,6 +422,76 @@ def test_a_re_dated_entry_is_one_candidate_and_a_conflict_on_it_deletes_the_stor
     assert plan.inserts == [] and plan.deletes == ["s0"]
 
 
+# --- consolidation_mode="batched": one P_con call for every insight of an episode, same semantics and guards
+def _batched(tmp_path, reply, insights):
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, {"Caroline likes dogs.": unit_vector(10), "Caroline has no pets.": unit_vector(20),
+                  "Melanie paints.": unit_vector(90)})
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=list(insights))
+    responders["ConsolidateKnowledgeBatch"] = reply
+    emb = TableEmbedder({"Caroline adopted Rex.": unit_vector(5), "Caroline walks Rex daily.": unit_vector(12),
+                         "Melanie paints landscapes.": unit_vector(88), "Bob flies planes.": [0.0, 0.0, 1.0]})
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, emb, None, consolidation_mode="batched")(user_id="u", episode=_episode(unit_vector(0)))
+    store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
+    return lm, {e.text: e for e in store.list_semantic("u")}
+
+
+def test_batched_consolidation_makes_one_call_with_one_decision_per_insight(tmp_path):
+    def reply(i):
+        assert i["insight_count"] == "3" and "Insight 3:" in i["insights_with_entries"]
+        return chat_reply(decisions=[
+            {"insight": 1, "action": "conflict", "targets": [2], "merged_text": ""},   # [2] = has no pets
+            {"insight": 2, "action": "merge", "targets": [1], "merged_text": "Caroline walks Rex and likes dogs."},
+            {"insight": 3, "action": "new", "targets": [], "merged_text": ""}])
+    lm, live = _batched(tmp_path, reply, ["Caroline adopted Rex.", "Caroline walks Rex daily.",
+                                          "Melanie paints landscapes.", "Bob flies planes."])
+    assert lm.calls.get("ConsolidateKnowledgeBatch") == 1 and "ConsolidateKnowledge" not in lm.calls
+    assert "Caroline has no pets." not in live and live["Caroline adopted Rex."].supersedes == ["s1"]
+    assert "Caroline walks Rex and likes dogs." in live and "Melanie paints landscapes." in live
+    assert "Bob flies planes." in live  # no candidate above the floor: stored as new, never sent to the call
+    sent = [i for name, i in lm.prompts if name == "ConsolidateKnowledgeBatch"][0]["insights_with_entries"]
+    assert "Bob flies planes." not in sent
+
+
+def test_batched_consolidation_refuses_out_of_range_and_already_retired_targets(tmp_path, ledger):
+    def reply(i):
+        return chat_reply(decisions=[
+            {"insight": 1, "action": "conflict", "targets": [9], "merged_text": ""},    # out of range: refused
+            {"insight": 2, "action": "merge", "targets": [7], "merged_text": "x"}])    # out of range: refused
+    _, live = _batched(tmp_path, reply, ["Caroline adopted Rex.", "Caroline walks Rex daily."])
+    assert {"Caroline likes dogs.", "Caroline has no pets.", "Melanie paints."} <= set(live)
+    assert {"Caroline adopted Rex.", "Caroline walks Rex daily."} <= set(live) and "x" not in live
+    assert ledger.counters["consolidation.refused_targets"] == 2
+
+
+def test_batched_consolidation_never_deletes_an_entry_twice(tmp_path):
+    def reply(i):  # both insights name the same stored entry: the second decision finds it retired
+        return chat_reply(decisions=[
+            {"insight": 1, "action": "conflict", "targets": [1], "merged_text": ""},
+            {"insight": 2, "action": "conflict", "targets": [1], "merged_text": ""}])
+    _, live = _batched(tmp_path, reply, ["Caroline adopted Rex.", "Caroline walks Rex daily."])
+    assert "Caroline likes dogs." not in live and not live["Caroline walks Rex daily."].supersedes
+
+
+def test_batched_consolidation_falls_back_per_insight_for_missing_decisions(tmp_path, ledger):
+    lm, live = _batched(tmp_path, lambda i: chat_reply(decisions=[{"insight": 1, "action": "new"}]),
+                        ["Caroline adopted Rex.", "Caroline walks Rex daily."])
+    assert lm.calls["ConsolidateKnowledgeBatch"] == 1 and lm.calls["ConsolidateKnowledge"] == 1
+    assert ledger.counters["consolidation.batch_fallback"] == 1 and "Caroline walks Rex daily." in live
+
+
+def test_batched_consolidation_falls_back_per_insight_when_the_reply_does_not_parse(tmp_path):
+    lm, live = _batched(tmp_path, lambda i: "no fields here", ["Caroline adopted Rex.", "Caroline walks Rex daily."])
+    assert lm.calls["ConsolidateKnowledge"] == 2
+    assert {"Caroline adopted Rex.", "Caroline walks Rex daily."} <= set(live)
+
+
+def test_batched_consolidation_with_one_pending_insight_uses_the_single_call(tmp_path):
+    lm, _ = _batched(tmp_path, lambda i: pytest.fail("batch call for one insight"), ["Caroline adopted Rex."])
+    assert lm.calls["ConsolidateKnowledge"] == 1 and "ConsolidateKnowledgeBatch" not in lm.calls
 def test_default_tau_is_the_embedders_measured_one():
     from nemori_dspy.config import EVOKE_THRESHOLDS, PAPER_EVOKE_THRESHOLD
 

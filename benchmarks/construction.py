@@ -1,0 +1,295 @@
+"""Construction cost per stage per 100 turns on a LoCoMo slice: the paper-faithful configuration and each cost
+switch, with evidence recall@k and answer coverage beside it, so no saving is bought with quality silently.
+
+usage: python -m benchmarks.construction [--data FILE] [--sessions 1-1] [--conversations conv-26]
+                                         [--lm scripted|local:0.5b|local:1.5b|<litellm model>] [--configs a,b]
+                                         [--out benchmarks/results]
+
+DSPy's response cache is off (a cached reply is not a call, so it would hide what is measured). Each
+configuration builds every conversation of the slice in a fresh store (``eval.runner.ingest_conversation``,
+the eval's own memory building) and is charged its own LLM calls, tokens and counters (its own ``UsageLedger``). Configurations
+that change only the answer context (``answer_context_tokens``) reuse the stores of the configuration they
+extend instead of building again. Per configuration it reports:
+
+* calls and tokens (input + output) per 100 turns, in all and per stage, beside the issue-10 targets;
+* evidence recall@k (k = 10 by default): share of a question's gold evidence turns inside the top-k retrieved
+  episodes (``eval.metrics.evidence_recall_at_k``) — what P_ans can see;
+* answer coverage in memory: share of a gold answer's words found in the memory's narratives, cues and facts
+  (raw messages left out: they always hold the answer); answer coverage in context: the same in the answer
+  context ``ResponseGeneration.context`` renders, and that context's mean tokens.
+
+No answers are generated, so no judge/F1 here: those come from ``nemori-dspy eval locomo`` with the same settings.
+Targets are printed for people to read; nothing is asserted on timings. Writes
+``<out>/construction-<lm>-<time>.json`` with the table, every figure, the settings of each configuration and the
+machine description (``benchmarks.machine``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import dspy
+
+from benchmarks.machine import describe_machine
+from nemori_dspy.config import PAPER_FAITHFUL, NemoriSettings
+from nemori_dspy.embedders import Embedder, HashingEmbedder, resolve_embedder
+from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo, parse_sessions, slice_sessions
+from nemori_dspy.eval.metrics import evidence_recall_at_k
+from nemori_dspy.eval.runner import CONSTRUCTION_STAGES, ingest_conversation
+from nemori_dspy.formatting import count_tokens
+from nemori_dspy.memory import Memory
+from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.testing import ScriptedLM, default_responders
+from nemori_dspy.usage import Usage, UsageLedger  # noqa: F401 (Usage: per-stage figures)
+
+__all__ = ["CONFIGS", "TARGETS", "ConfigResult", "run", "table", "main", "answer_coverage"]
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "synthetic_locomo.json"
+
+#: issue 10's targets: construction calls and tokens per 100 turns, answer context tokens.
+TARGETS = {"calls_per_100": 35, "tokens_per_100": 30_000, "context_tokens": 2_000}
+
+#: configuration name → (settings over PAPER_FAITHFUL, name of the configuration whose stores it reuses or None).
+#: ``default`` is what ``NemoriSettings()`` ships; ``all`` turns on every switch.
+CONFIGS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "paper": ({}, None),
+    "similarity-floor": ({"consolidation_min_similarity": 0.5}, None),
+    "consolidate-batched": ({"consolidation_min_similarity": 0.5, "consolidation_mode": "batched"}, None),
+    "narrate-batched": ({"narration_mode": "batched"}, None),
+    "partition-min-3": ({"partition_min_messages": 3}, None),
+    "select-cues": ({"select_inputs": "cues"}, None),
+    "context-2000": ({"answer_context_tokens": 2000}, "paper"),
+    "all": ({"consolidation_min_similarity": 0.5, "consolidation_mode": "batched", "narration_mode": "batched",
+             "partition_min_messages": 3, "select_inputs": "cues"}, None),
+    "all+context-2000": ({"answer_context_tokens": 2000}, "all"),
+    "default": (None, None),  # NemoriSettings() as shipped
+}
+
+#: ledger counters that show whether a switch worked or fell back (printed under the table).
+SWITCH_COUNTERS = ("narrate_batch_fallback", "consolidation.batch_fallback", "consolidation.refused_targets",
+                   "partition_skipped_short", "partition_fallback_whole_window", "parked_windows",
+                   "parked_distillations", "answer_context_items_dropped", "retries")
+
+_WORD = re.compile(r"\w+")
+_STOP = frozenset("a an the and or of in on at to for is was were be by with it its that this".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def answer_coverage(gold: str, text_words: set[str]) -> float | None:
+    """Share of the gold answer's words (lowercased, a few stopwords dropped) present in ``text_words``;
+    None for a gold answer with no such word."""
+    want = _words(str(gold))
+    return len(want & text_words) / len(want) if want else None
+
+
+@dataclass
+class ConfigResult:
+    """Figures of one configuration over the slice (``per_stage``: stage → {calls, tokens} per 100 turns)."""
+
+    name: str
+    turns: int
+    questions: int
+    calls_per_100: float
+    tokens_per_100: float
+    per_stage: dict[str, dict[str, float]]
+    recall_at_k: float | None
+    coverage_memory: float | None
+    coverage_context: float | None
+    context_tokens: float | None
+    seconds: float
+    parked: int
+    settings: dict[str, Any]
+    counters: dict[str, int]
+
+
+def _settings(base: dict[str, Any], name: str) -> NemoriSettings:
+    over, _ = CONFIGS[name]
+    if over is None:
+        return NemoriSettings(**base)
+    return NemoriSettings(**{**base, **PAPER_FAITHFUL, **over})
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _quality(memory: Memory, conv: LoCoMoConversation, k: int) -> tuple[list, list, list, list]:
+    """(recall@k, coverage in memory, coverage in context, context tokens) per question of ``conv``."""
+    uid = conv.sample_id
+    memory_words = _words(" ".join([*(f"{e.cue} {e.narrative}" for e in memory.list_episodes(uid)),
+                                    *(e.text for e in memory.list_semantic(uid))]))
+    recall, cov_mem, cov_ctx, tokens = [], [], [], []
+    for q in conv.questions:
+        ctx = memory.pipeline.response.context(uid, q.question)
+        ranked = [s.episode.message_ids for s in ctx.retrieved.episodes]
+        recall.append(evidence_recall_at_k(ranked, q.evidence, k) if ranked else 0.0)
+        cov_mem.append(answer_coverage(q.answer, memory_words))
+        cov_ctx.append(answer_coverage(q.answer, _words(ctx.context)))
+        tokens.append(count_tokens(ctx.context))
+    return recall, cov_mem, cov_ctx, tokens
+
+
+def _per_100(stages: dict[str, Usage], turns: int) -> tuple[float, float, dict[str, dict[str, float]]]:
+    scale = 100 / max(turns, 1)
+    per = {name: {"calls": u.calls * scale, "tokens": (u.input_tokens + u.output_tokens) * scale}
+           for name, u in stages.items() if u.calls}
+    return (sum(p["calls"] for p in per.values()), sum(p["tokens"] for p in per.values()), per)
+
+
+def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversations: list[LoCoMoConversation],
+               workdir: Path, stores: dict[str, Path], k: int = 10) -> ConfigResult:
+    """Build (or reuse) the slice's memories under ``settings`` and measure them (see the module docstring)."""
+    _, reuse = CONFIGS.get(name, ({}, None))
+    recall, cov_mem, cov_ctx, tokens, parked = [], [], [], [], 0
+    t0, mine = time.perf_counter(), UsageLedger()  # this configuration's own calls, tokens and counters
+    with mine.charging():
+        for conv in conversations:
+            key = f"{reuse or name}/{conv.sample_id}"
+            path = stores.get(key) or workdir / name / f"{conv.sample_id}.db"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            memory = Memory(SQLiteStore(path), embedder, settings)
+            if key not in stores:
+                parked += len(ingest_conversation(memory, conv, progress=False)["parked"])
+                stores[key] = path
+            r, m, c, t = _quality(memory, conv, k)
+            recall, cov_mem, cov_ctx, tokens = recall + r, cov_mem + m, cov_ctx + c, tokens + t
+    turns = sum(len(c.messages) for c in conversations)
+    calls, toks, per = _per_100({s: u for s, u in mine.snapshot().items() if s in CONSTRUCTION_STAGES}, turns)
+    return ConfigResult(name=name, turns=turns, questions=len(recall), calls_per_100=calls, tokens_per_100=toks,
+                        per_stage=per, recall_at_k=_mean(recall), coverage_memory=_mean(cov_mem),
+                        coverage_context=_mean(cov_ctx), context_tokens=_mean(tokens),
+                        seconds=time.perf_counter() - t0, parked=parked,
+                        settings={f: getattr(settings, f) for f in (*PAPER_FAITHFUL, "consolidation_min_similarity")},
+                        counters={c: mine.counters[c] for c in SWITCH_COUNTERS if mine.counters.get(c, 0)})
+
+
+@contextmanager
+def _lm(spec: str, base: dict[str, Any]) -> Iterator[tuple[Embedder, str]]:
+    """Configure DSPy for ``spec`` ('scripted', 'local:<size>' or a litellm model); yields (embedder, label)."""
+    if spec == "scripted":
+        with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
+            yield HashingEmbedder(64), "scripted"
+        return
+    from nemori_dspy.runtime import build_runtime
+
+    over = ({"model": "local", "local_model_size": spec.split(":", 1)[1]} if spec.startswith("local:")
+            else {"model": spec})
+    settings = NemoriSettings(**{**base, **over})
+    with build_runtime(settings) as rt:
+        yield resolve_embedder(settings), rt.model_label
+
+
+def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: str, configs: list[str],
+        k: int = 10, base: dict[str, Any] | None = None, progress: bool = True,
+        on_result: Callable[[list[ConfigResult], str], None] | None = None) -> tuple[list[ConfigResult], str]:
+    """Every configuration of ``configs`` on the slice; returns (results, LM label). ``on_result(results so
+    far, label)`` is called after each configuration (``main`` writes the result file then, so a long real run
+    stopped early keeps what it measured).
+
+    Raises:
+        DatasetError: bad ``data``/``sessions``/``conversations`` (from ``eval.locomo``).
+        ConfigError: an unknown configuration name (listed in the message).
+    """
+    from nemori_dspy.errors import ConfigError
+
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise ConfigError(f"unknown configuration(s) {unknown}. Fix: choose from {', '.join(CONFIGS)}.")
+    base = {"cache": False, **(base or {})}  # a cache hit costs nothing: it would hide the calls being measured
+    convs = [slice_sessions(c, parse_sessions(sessions)) for c in load_locomo(data, conversations)]
+    needed = list(dict.fromkeys([CONFIGS[c][1] for c in configs if CONFIGS[c][1]] + configs))  # reused ones first
+    results: list[ConfigResult] = []
+    with ExitStack() as stack:
+        embedder, label = stack.enter_context(_lm(lm, base))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nemori-bench-")))
+        stores: dict[str, Path] = {}
+        done: dict[str, ConfigResult] = {}
+        for name in needed:
+            res = run_config(name, _settings(base, name), embedder, convs, workdir, stores, k)
+            reuse = CONFIGS[name][1]
+            if reuse is not None:  # same memories: the construction cost is the one they were built with
+                src = done[reuse]
+                res.calls_per_100, res.tokens_per_100, res.per_stage = src.calls_per_100, src.tokens_per_100, src.per_stage
+            done[name] = res
+            if name in configs:
+                results.append(res)
+                if on_result is not None:
+                    on_result(sorted(results, key=lambda r: configs.index(r.name)), label)
+            if progress:
+                print(f"{name}: {res.calls_per_100:.1f} calls, {res.tokens_per_100:,.0f} tokens per 100 turns "
+                      f"({res.seconds:.0f}s)", flush=True)
+    return sorted(results, key=lambda r: configs.index(r.name)), label
+
+
+def _fmt(v: float | None, pattern: str) -> str:
+    return "—" if v is None else format(v, pattern)
+
+
+def table(results: list[ConfigResult], k: int = 10) -> str:
+    """Markdown table: one row per configuration, totals and quality, then calls per stage."""
+    head = (f"| configuration | calls / 100 turns (≤ {TARGETS['calls_per_100']}) | tokens / 100 turns "
+            f"(≤ {TARGETS['tokens_per_100']:,}) | evidence recall@{k} | answer coverage, memory | "
+            f"answer coverage, context | context tokens (≤ {TARGETS['context_tokens']:,}) | parked |")
+    lines = [head, "|" + "---|" * 8]
+    for r in results:
+        lines.append(f"| {r.name} | {r.calls_per_100:.1f} | {r.tokens_per_100:,.0f} | {_fmt(r.recall_at_k, '.3f')} | "
+                     f"{_fmt(r.coverage_memory, '.3f')} | {_fmt(r.coverage_context, '.3f')} | "
+                     f"{_fmt(r.context_tokens, ',.0f')} | {r.parked} |")
+    stages = [s for s in CONSTRUCTION_STAGES if any(s in r.per_stage for r in results)]
+    lines += ["", "| configuration | " + " | ".join(f"{s} calls" for s in stages) + " |",
+              "|" + "---|" * (len(stages) + 1)]
+    for r in results:
+        lines.append(f"| {r.name} | " + " | ".join(f"{r.per_stage.get(s, {}).get('calls', 0):.1f}" for s in stages)
+                     + " |")
+    lines += ["", f"turns {results[0].turns if results else 0}, questions {results[0].questions if results else 0}"]
+    lines += [f"{r.name}: {', '.join(f'{k} {v}' for k, v in r.counters.items()) or 'no fallbacks or retries'}"
+              for r in results]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo-format JSON (default: the synthetic one)")
+    ap.add_argument("--sessions", default=None, help="LoCoMo slice, e.g. 1-3 (default: all sessions)")
+    ap.add_argument("--conversations", default=None, help="comma-separated sample ids (default: all)")
+    ap.add_argument("--lm", default="scripted", help="'scripted' (no model), 'local:0.5b', 'local:1.5b' or a litellm model")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from: {', '.join(CONFIGS)}")
+    ap.add_argument("--k", type=int, default=10, help="k of evidence recall@k")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    a = ap.parse_args(argv)
+    ids = [s.strip() for s in a.conversations.split(",")] if a.conversations else None
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    t0 = time.perf_counter()
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = a.out / f"construction-{re.sub(r'[^A-Za-z0-9.]+', '_', a.lm)}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+    def write(results: list[ConfigResult], label: str) -> str:
+        text = table(results, a.k)
+        path.write_text(json.dumps({
+            "benchmark": "construction", "lm": a.lm, "model_label": label, "data": str(a.data),
+            "sessions": a.sessions, "conversations": ids, "k": a.k, "targets": TARGETS,
+            "configs": configs, "complete": len(results) == len(configs),
+            "seconds": round(time.perf_counter() - t0, 1), "results": [r.__dict__ for r in results],
+            "table": text, "machine": describe_machine()}, indent=2, default=str))
+        return text
+
+    results, label = run(a.data, a.sessions, ids, a.lm, configs, a.k, on_result=write)
+    print(write(results, label))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

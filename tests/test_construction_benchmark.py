@@ -1,0 +1,52 @@
+"""benchmarks/construction.py runs at toy size with the scripted LM, so it cannot rot (figures are not asserted
+against targets: this only checks it measures what it says)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.construction import CONFIGS, answer_coverage, main, run, table
+from tests.fakes import SYNTHETIC_LOCOMO
+
+
+def test_every_configuration_runs_and_the_switches_cut_calls_without_losing_recall():
+    results, label = run(SYNTHETIC_LOCOMO, "1-2", None, "scripted", list(CONFIGS), progress=False)
+    by = {r.name: r for r in results}
+    assert label == "scripted" and [r.name for r in results] == list(CONFIGS)
+    paper, batched = by["paper"], by["narrate-batched"]
+    assert paper.per_stage["narrate"]["calls"] > 0 and "narrate" not in batched.per_stage
+    assert batched.calls_per_100 < paper.calls_per_100 and batched.recall_at_k == paper.recall_at_k
+    assert by["context-2000"].per_stage == paper.per_stage  # reuses the paper memories: no second build
+    assert all(r.parked == 0 and r.questions > 0 for r in results)
+    assert "| paper |" in table(results)
+
+
+def test_main_writes_the_result_file_with_the_machine(tmp_path, capsys):
+    assert main(["--data", str(SYNTHETIC_LOCOMO), "--sessions", "1-1", "--configs", "paper,all",
+                 "--out", str(tmp_path)]) == 0
+    out = json.loads(next(tmp_path.glob("construction-scripted-*.json")).read_text())
+    assert [r["name"] for r in out["results"]] == ["paper", "all"]
+    assert out["machine"]["cores"] and out["targets"]["calls_per_100"] == 35
+    assert "calls / 100 turns (≤ 35)" in capsys.readouterr().out
+
+
+def test_answer_coverage_counts_gold_words_found():
+    assert answer_coverage("7 May 2023", {"7", "may", "2023"}) == 1.0
+    assert answer_coverage("the dog Rex", {"rex"}) == 0.5
+    assert answer_coverage("the", {"x"}) is None
+
+
+def test_a_switch_falling_back_shows_in_its_counters(monkeypatch):
+    import benchmarks.construction as bench
+    from nemori_dspy.testing import default_responders
+
+    def broken_batch():
+        responders = default_responders()
+        responders["NarrateEpisodes"] = lambda i: "not the format"
+        return responders
+
+    monkeypatch.setattr(bench, "default_responders", broken_batch)
+    results, _ = run(SYNTHETIC_LOCOMO, "1-2", None, "scripted", ["paper", "narrate-batched"], progress=False)
+    paper, batched = results
+    assert "narrate_batch_fallback" not in paper.counters and batched.counters["narrate_batch_fallback"] > 0
+    assert batched.per_stage["narrate"]["calls"] == paper.per_stage["narrate"]["calls"]
