@@ -239,7 +239,7 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     tracker = _tracker(args, settings, out, [s.name for s in systems])
     with tracker or contextlib.nullcontext():
         with build_runtime(settings) as rt:
-            print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
+            print(_ready_line(rt, args, t0), flush=True)
             provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program,
                                                        sessions.label() if sessions else None)
             pipeline = provider.memory(systems[0]).pipeline
@@ -328,7 +328,7 @@ def _eval_longmemeval(args: argparse.Namespace) -> int:
     tracker = _tracker(args, settings, out, [s.name for s in systems])
     with tracker or contextlib.nullcontext():
         with build_runtime(settings) as rt:
-            print(f"model {rt.model_label} (judge {rt.judge_label}) ready in {time.perf_counter() - t0:.1f}s", flush=True)
+            print(_ready_line(rt, args, t0), flush=True)
             provider, embedder_name = _memory_provider(args, settings, rt, data_sha, program)
             pipeline = provider.memory(systems[0]).pipeline
             _start_tracker(tracker, settings, pipeline, {
@@ -389,6 +389,12 @@ def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
                                       parse_retries=settings.parse_retries, model_label=rt.judge_label,
                                       strict=name == "judge_strict")
                        for name in JUDGE_METRICS[settings.judge_prompt]}, audit)
+
+
+def _ready_line(rt: Any, args: argparse.Namespace, t0: float) -> str:
+    """``model X (judge Y) ready in Ns``; ``(no judge)`` with ``--no-judge``, which loads none."""
+    judge = "no judge" if args.no_judge else f"judge {rt.judge_label}"
+    return f"model {rt.model_label} ({judge}) ready in {time.perf_counter() - t0:.1f}s"
 
 
 def _program_state(ref: str | None, settings: Any = None) -> dict[str, Any] | None:

@@ -364,3 +364,9 @@ def test_help_and_argument_errors_import_no_heavy_library(argv):
                           cwd=Path(__file__).resolve().parents[1])
     loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED=")]
     assert loaded == ["LOADED="], done.stderr[-2000:]
+
+
+def test_no_judge_run_says_so_instead_of_naming_a_judge(tmp_path, scripted_runtime, capsys):
+    assert _run(tmp_path, "--system", "no-memory", "--no-judge") == 0
+    out = capsys.readouterr().out
+    assert "(no judge) ready in" in out and "(judge " not in out
