@@ -56,6 +56,8 @@ PARTITION_MIN_MESSAGES = 3
 PAPER_FAITHFUL: dict[str, Any] = {
     "consolidation_mode": "per_insight", "narration_mode": "per_group", "partition_min_messages": 2,
     "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
+    # our guards with a paper value too: no similarity floor before P_con (top K_m whatever their cosine), τ = 0.70
+    "consolidation_min_similarity": None, "evoke_threshold": 0.70,
 }
 
 
