@@ -19,6 +19,7 @@ import dspy
 import litellm
 from tqdm.auto import tqdm
 
+from nemori_dspy.errors import LLMError
 from nemori_dspy.memory import Memory
 from nemori_dspy.recording import recording
 from nemori_dspy.store.base import MemoryStore
@@ -246,8 +247,14 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
     t0 = time.perf_counter()
     with memory.usage.charging():
         context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
+    failure = None
     with memory.usage.scope() as mine:
-        answer = str(memory.pipeline.response.answer(context=context, question=q.question).answer).strip()
+        try:
+            answer = str(memory.pipeline.response.answer(context=context, question=q.question).answer).strip()
+        except LLMError as exc:  # one bad reply must not end the run: scored as an empty answer, counted, kept
+            answer, failure = "", str(exc)
+            tally("answers_failed")
+            log.warning("%s %s#%s: no answer (%s); scored as an empty answer", system.name, q.sample_id, q.index, exc)
     usage = mine.total()
     total_ms = (time.perf_counter() - t0) * 1000
     return {"sample_id": q.sample_id, "index": q.index, "category": q.category,
@@ -256,6 +263,7 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
             "context_tokens": _context_tokens(context),
             "answer_input_tokens": usage.input_tokens, "answer_output_tokens": usage.output_tokens,
             "search_ms": round(search_ms, 1), "total_ms": round(total_ms, 1),
+            **({"answer_error": failure} if failure else {}),
             **_recall(ranked, q.evidence), **_score(q, answer, judge)}
 
 

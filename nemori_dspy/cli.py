@@ -482,6 +482,9 @@ def _print_counters(c: dict[str, int]) -> None:
           f"insights {c.get('insights', 0)}, duplicates of an existing entry {c.get('insight_duplicates', 0)}; "
           f"partition repairs {c.get('partition_repairs', 0)}; retries {c.get('retries', 0)}; "
           f"episode merges {c.get('episode_merges', 0)}")
+    if c.get("answers_failed"):
+        print(f"ANSWERS FAILED {c['answers_failed']}: the answer stage gave no usable reply after its retries "
+              "(scored as empty answers; each row's answer_error says why)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import pytest
 
 import nemori_dspy.runtime as runtime
 from nemori_dspy.cli import main
-from tests.fakes import SYNTHETIC_MINI, ScriptedLM, default_responders, install_scripted_runtime
+from tests.fakes import SYNTHETIC_MINI, ScriptedLM, chat_reply, default_responders, install_scripted_runtime
 
 
 @pytest.fixture
@@ -370,3 +370,22 @@ def test_no_judge_run_says_so_instead_of_naming_a_judge(tmp_path, scripted_runti
     assert _run(tmp_path, "--system", "no-memory", "--no-judge") == 0
     out = capsys.readouterr().out
     assert "(no judge) ready in" in out and "(judge " not in out
+
+
+def test_an_answer_that_never_parses_is_scored_empty_and_the_run_goes_on(tmp_path, monkeypatch, mlflow_db, capsys):
+    """The README main job once ended at question 3 of 20 on one cut-off answer: a failed answer must be
+    recorded (empty, with its error) and counted, and the other questions answered."""
+    responders = default_responders()
+    first: list[str] = []
+
+    def answer(i):  # every try at the first question fails to parse; the others are answered
+        first.append(first[0] if first else i["question"])
+        return "no fields at all" if i["question"] == first[0] else chat_reply(answer="7 May 2023")
+
+    responders["AnswerQuestion"] = answer
+    install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(responders))
+    assert _run(tmp_path, "--system", "no-memory", "--no-judge") == 0
+    rows = [json.loads(x) for x in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    failed = [r for r in rows if "answer_error" in r]
+    assert len(rows) == 3 and len(failed) == 1 and failed[0]["answer"] == "" and failed[0]["f1"] == 0
+    assert "ANSWERS FAILED 1" in capsys.readouterr().out
