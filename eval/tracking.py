@@ -194,6 +194,9 @@ class EvalTracker:
         self.children: dict[str, str] = {}
         self.client: Any = None
         self.resumed = False
+        # log_table appends by downloading the table first: without this every answer draws MLflow's
+        # "Downloading artifacts" bars over the eval's own progress bar (a user's setting still wins)
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         self._lock = threading.Lock()
         self._pending: list[dict[str, Any]] = []
         self._logged_rows, self._last_flush = 0, 0.0
