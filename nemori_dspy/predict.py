@@ -126,7 +126,8 @@ def _fix_for(exc: Exception | None) -> str:
     text = " ".join(f"{type(e).__name__} {e}" for e in chain)
     if isinstance(exc, TruncatedReplyError):
         return (f"raise the stage's output cap above {exc.cap}, e.g. NEMORI_STAGE_LMS='{{\"{exc.stage}\": "
-                f"{{\"max_tokens\": {2 * (exc.cap or 512)}}}}}', or use a model that answers more briefly.")
+                f"{{\"max_tokens\": {2 * (exc.cap or 512)}}}}}', or use a model that answers more briefly (a small model "
+                "that repeats itself, e.g. the same list over and over, hits any cap: a larger model is the fix then).")
     if any(k in text for k in ("AuthenticationError", "PermissionDeniedError", "Missing credentials", "api_key")):
         return ("set the provider's API key (e.g. OPENAI_API_KEY) or NEMORI_API_KEY, or use --model local for the "
                 "embedded model.")
