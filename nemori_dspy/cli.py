@@ -466,6 +466,9 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
         print("construction counters: n/a here (memory reused; they are in the summary of the run that built it)")
     else:
         _print_counters(c)
+    if c.get("answers_failed"):
+        print(f"ANSWERS FAILED {c['answers_failed']}: the answer stage gave no usable reply after its retries "
+              "(scored as empty answers; each row's answer_error says why)")
     if summary["reused_memory"]:
         print(f"reused memory built by an earlier run: {', '.join(summary['reused_memory'])}")
     if summary["resumed_answers"]:
@@ -482,9 +485,6 @@ def _print_counters(c: dict[str, int]) -> None:
           f"insights {c.get('insights', 0)}, duplicates of an existing entry {c.get('insight_duplicates', 0)}; "
           f"partition repairs {c.get('partition_repairs', 0)}; retries {c.get('retries', 0)}; "
           f"episode merges {c.get('episode_merges', 0)}")
-    if c.get("answers_failed"):
-        print(f"ANSWERS FAILED {c['answers_failed']}: the answer stage gave no usable reply after its retries "
-              "(scored as empty answers; each row's answer_error says why)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

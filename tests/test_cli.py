@@ -389,3 +389,14 @@ def test_an_answer_that_never_parses_is_scored_empty_and_the_run_goes_on(tmp_pat
     failed = [r for r in rows if "answer_error" in r]
     assert len(rows) == 3 and len(failed) == 1 and failed[0]["answer"] == "" and failed[0]["f1"] == 0
     assert "ANSWERS FAILED 1" in capsys.readouterr().out
+
+
+def test_failed_answers_are_reported_when_memory_is_reused(tmp_path, monkeypatch, mlflow_db, capsys):
+    responders = default_responders()
+    responders["AnswerQuestion"] = lambda i: "no fields at all"
+    install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(default_responders()))
+    assert _run(tmp_path, "--system", "nemori", "--no-judge") == 0  # builds the memory
+    install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(responders))
+    assert _run(tmp_path, "--system", "nemori", "--no-judge", "--out", str(tmp_path / "again"), "--no-cache") == 0
+    out = capsys.readouterr().out.split("run folder")[-1]
+    assert "memory reused" in out and "ANSWERS FAILED 3" in out
