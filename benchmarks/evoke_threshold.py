@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
 
+    from benchmarks.machine import describe_machine
     from nemori_dspy.config import NemoriSettings
     from nemori_dspy.embedders import resolve_embedder
 
@@ -167,9 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"suggested τ for {args.embedder}: {best['tau']:.2f} (highest τ within {F1_TIE} F1 point of the best)")
     result = {"embedder": args.embedder, "probes": len(all_probes), "facts": len(facts), "rows": rows,
               "suggested_tau": best["tau"], "positive_cosine_median": float(np.median(pos_sims)),
-              "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "python": platform.python_version()},
-              "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+              "machine": describe_machine()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"evoke_threshold-{args.embedder.replace('/', '_')}.json").write_text(json.dumps(result, indent=2))
     return result
