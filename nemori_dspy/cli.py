@@ -64,23 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
                                        "the questions whose evidence lies inside them (default: all sessions)")
     lo.add_argument("--system", default="nemori,no-memory",
                     help="comma-separated systems: nemori, nemori-s, nemori-no-episodic, nemori-no-semantic, "
-                         "nemori-no-raw, nemori-no-consolidation, full-context, rag-4096, no-memory "
+                         "nemori-no-raw, nemori-no-consolidation, nemori-flat, full-context, rag-4096, no-memory "
                          "(default nemori,no-memory: the method and its no-memory control)")
     lo.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
                                                           "runs/locomo-*) without redoing answered questions")
     lo.add_argument("--concurrency", type=_positive_int, default=1, help="conversations whose memory is built at once")
-    lo.add_argument("--program", help="a saved pipeline state to run (e.g. optimized prompts/demos): a program.json, "
-                                        "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model)")
-    lo.add_argument("--register-model", help="also register the program that ran as an MLflow model under this name")
-    lo.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
-    lo.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    _program_and_tracking_flags(lo)
     lo.add_argument("--out", help="run folder (default runs/locomo-<time>)")
     lo.add_argument("--db", help="SQLite store file to build into (default: a store under ~/.cache/nemori-dspy/"
                                  "memory/ keyed by everything that shapes memory, reused by later runs)")
-    lo.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
-    lo.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
-    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
-        lo.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
+    _cache_log_and_setting_flags(lo)
     lo.add_argument("--judge", dest="judge_prompt", choices=["generous", "strict", "both"], default=None,
                     help=_setting_help("judge_prompt"))
     _longmemeval_parser(ev)
@@ -98,6 +91,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _program_and_tracking_flags(p: Any) -> None:
+    """Flags every eval shares: the program to run, model registration, judge and MLflow off switches."""
+    p.add_argument("--program", help="a saved pipeline state to run (e.g. optimized prompts/demos): a program.json, "
+                                       "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model)")
+    p.add_argument("--register-model", help="also register the program that ran as an MLflow model under this name")
+    p.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+
+
+def _cache_log_and_setting_flags(p: Any) -> None:
+    """Flags every eval shares: DSPy cache off, INFO logging, and one flag per setting of ``_SETTING_FLAGS`` and
+    ``_JUDGE_FLAGS``."""
+    p.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
+    p.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
+    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
+
+
 def _longmemeval_parser(ev: Any) -> None:
     """``eval longmemeval``: one memory per question, the per-type LongMemEval judges (``eval/longmemeval_runner.py``)."""
     lm = ev.add_parser("longmemeval", help="LongMemEval QA: build one memory per question, answer, judge per "
@@ -113,18 +124,11 @@ def _longmemeval_parser(ev: Any) -> None:
     lm.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
                                                           "runs/longmemeval-*) without redoing answered questions")
     lm.add_argument("--concurrency", type=_positive_int, default=1, help="questions whose memory is built at once")
-    lm.add_argument("--program", help="a saved pipeline state to run (e.g. optimized prompts/demos): a program.json, "
-                                        "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model)")
-    lm.add_argument("--register-model", help="also register the program that ran as an MLflow model under this name")
-    lm.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
-    lm.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    _program_and_tracking_flags(lm)
     lm.add_argument("--out", help="run folder (default runs/longmemeval-<time>)")
     lm.add_argument("--db", help="SQLite store file to build into (default: a reused store under "
                                  "~/.cache/nemori-dspy/memory/, as for eval locomo)")
-    lm.add_argument("--no-cache", action="store_true", help="disable DSPy's response cache")
-    lm.add_argument("-v", "--verbose", action="store_true", help="log INFO (resolved config, repairs, retries)")
-    for name in (*_SETTING_FLAGS, *_JUDGE_FLAGS):
-        lm.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=_setting_help(name))
+    _cache_log_and_setting_flags(lm)
 
 
 def _optimize_parser(sub: Any) -> None:
