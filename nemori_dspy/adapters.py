@@ -68,6 +68,54 @@ def _empty_chat_sections(signature: type[dspy.Signature], completion: str) -> st
     return "\n".join(out) if changed else None
 
 
+_ITEM_LINE = re.compile(r"^\s*(?:\[(?P<bracketed>.*?)\]?|(?:[-*•]|\d+[.)])\s+(?P<bulleted>.*))\s*$")
+
+
+def _line_items(text: str) -> list[str] | None:
+    """Items of a list written one per line, each ``[item]``, ``- item`` or ``1. item`` (a small model's way of
+    writing ``list[str]``; the last line may lack its closing bracket when the reply was cut); None when a
+    non-empty line is not such an item or there is just one line (a JSON list on one line is DSPy's to parse)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    items = []
+    for ln in lines:
+        m = _ITEM_LINE.match(ln)
+        if m is None:
+            return None
+        items.append((m.group("bracketed") if m.group("bracketed") is not None else m.group("bulleted")).strip())
+    return [i for i in items if i]
+
+
+def _line_item_sections(signature: type[dspy.Signature], completion: str) -> str | None:
+    """``completion`` with each ``list[str]`` section written one item per line replaced by its JSON list; None if
+    no section was."""
+    strings = {n for n, f in signature.output_fields.items() if get_args(f.annotation) == (str,)
+               and get_origin(f.annotation) is list}
+    out, changed, name, body = [], False, None, []
+
+    def close() -> None:
+        nonlocal changed
+        items = _line_items("\n".join(body)) if name in strings else None
+        if items is not None:
+            out.append(json.dumps(items, ensure_ascii=False))
+            changed = True
+        else:
+            out.extend(body)
+
+    for line in completion.splitlines():
+        m = field_header_pattern.match(line.strip())
+        if m:
+            close()
+            name, rest = m.group(1), line.strip()[m.end():].strip()
+            out.append(f"[[ ## {name} ## ]]")
+            body = [rest] if rest else []
+        else:
+            body.append(line)
+    close()
+    return "\n".join(out) if changed else None
+
+
 class _FastFormat:
     """Mixin for a DSPy adapter: the same messages, built with less work (see the module docstring)."""
 
@@ -102,9 +150,14 @@ class _FastFormat:
 
 
 class LenientChatAdapter(_FastFormat, dspy.ChatAdapter):
-    """``dspy.ChatAdapter`` that reads an empty-like flat-list field as ``[]`` when its parse fails."""
+    """``dspy.ChatAdapter`` that reads a ``list[str]`` written one item per line as that list, and an empty-like
+    flat-list field as ``[]`` when its parse fails."""
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
+        """DSPy's parse, after a ``list[str]`` section written one item per line (``[item]`` / ``- item`` /
+        ``1. item`` lines, which json_repair would read as one garbled item) is rewritten as a JSON list; when that
+        parse fails, an empty-like flat-list section is read as ``[]``."""
+        completion = _line_item_sections(signature, completion) or completion
         try:
             return super().parse(signature, completion)
         except AdapterParseError:

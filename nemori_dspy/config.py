@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInf
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PARTITION_MIN_MESSAGES", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
+           "PARTITION_MIN_MESSAGES", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -52,10 +52,21 @@ DEFAULT_STAGE_MAX_TOKENS = {
 #: 2 keeps that (only a lone message, which has a single partition, skips the call).
 PARTITION_MIN_MESSAGES = 3
 
+#: P_par sees each message cut to this many characters (``partition_message_chars``). Where a topic changes shows
+#: in a message's opening words; LoCoMo turns average ~100 characters, so 160 keeps most whole and cuts the long
+#: ones (the tail of a 400-character story adds tokens, not boundaries). Issue 10: stages that need only cues are
+#: sent only cues.
+PARTITION_MESSAGE_CHARS = 160
+
+#: Default cap of the answer context in tokens (``answer_context_tokens``): issue 10's target (≤ 2,000 at no loss of
+#: score); the paper's k = 10, m = 20, r = 2 fill ~2.7k tokens (Table 4), items are kept by rank.
+ANSWER_CONTEXT_TOKENS = 2000
+
 #: The paper-faithful value of every cost switch (README "Cost switches"): what §3.2-§3.4 describe.
 PAPER_FAITHFUL: dict[str, Any] = {
     "consolidation_mode": "per_insight", "narration_mode": "per_group", "partition_min_messages": 2,
     "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
+    "partition_message_chars": None, "anticipate_without_facts": True, "consolidate_within_episode": True,
     # our guards with a paper value too: no similarity floor before P_con (top K_m whatever their cosine), τ = 0.70
     "consolidation_min_similarity": None, "evoke_threshold": 0.70,
 }
@@ -197,8 +208,21 @@ class NemoriSettings(BaseSettings):
     select_inputs: Literal["narratives", "cues"] = Field(
         default="narratives", description="what P_sel sees of the K_e candidates: their cues and narratives "
         "(the paper, §3.2.3) or 'cues' only (dated titles; the new episode keeps its narrative)")
+    partition_message_chars: int | None = Field(
+        default=PARTITION_MESSAGE_CHARS, gt=0, description="P_par sees each message cut to this many characters "
+        "(it needs only where the topic changes, not every detail; P_nar and P_dis still see whole messages); "
+        "None = whole messages, the paper's behaviour")
+    anticipate_without_facts: bool = Field(
+        default=False, description="run P_ant when evocation found no semantic entry (the paper, §3.3.1). False: "
+        "with nothing known the prediction is empty without an LLM call, so P_dis keeps everything the episode "
+        "says (a guess from a one-line cue alone predicts nothing about these people)")
+    consolidate_within_episode: bool = Field(
+        default=False, description="show P_con this episode's own pending insights as candidates (the paper "
+        "consolidates insight by insight, §3.3.3). False: P_con compares an insight only with entries of earlier "
+        "episodes — insights of one episode come from one P_dis reply at one time, so none can update another "
+        "(a 'conflict' between them deleted true facts); an exact duplicate of one is still skipped")
     answer_context_tokens: int | None = Field(
-        default=None, gt=0, description="cap of the answer context in tokens (litellm's counter, as the eval "
+        default=ANSWER_CONTEXT_TOKENS, gt=0, description="cap of the answer context in tokens (litellm's counter, as the eval "
         "reports context_tokens); items enter by rank — episode i, its raw messages if i <= r, then its m/k "
         "facts — and keep the paper's section order; None = the paper's k, m, r uncut (max_prompt_chars only)")
     local_prompt_cache: bool = Field(
@@ -220,7 +244,7 @@ class NemoriSettings(BaseSettings):
                                  "latency) into their MLflow run; false turns tracing off")
 
     @field_validator("episode_split_gap_hours", "association_max_gap_hours", "consolidation_min_similarity",
-                     "answer_context_tokens", mode="before")
+                     "answer_context_tokens", "partition_message_chars", mode="before")
     @classmethod
     def _off_words(cls, v: Any) -> Any:
         """``null`` / ``none`` / ``off`` / empty (e.g. from an env var or CLI flag) switch the guard off."""

@@ -5,7 +5,8 @@ does not parse (or a provider error that survived litellm's own retries) re-asks
 response cache bypassed and a nonzero temperature — at temperature 0 a cached bad reply would
 come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; callers park the work.
 A reply cut off by its token cap (finish_reason ``"length"``) is never used: it is asked again once with
-twice the cap (an extra attempt), then counts as a failed attempt. Other errors (``TypeError`` ...) are
+twice the cap (an extra attempt), then counts as a failed attempt. The exception are list stages
+(``TRUNCATED_LIST_STAGES``): a cut list keeps its complete items at once, without a re-ask. Other errors (``TypeError`` ...) are
 programming errors and propagate unretried.
 """
 
@@ -24,7 +25,8 @@ from .errors import ConfigError, LLMError
 from .recording import current_recorder
 from .usage import current_stage, note_truncation, stage, tally, watch_truncation
 
-__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError", "REROLL_TEMPERATURE"]
+__all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError", "REROLL_TEMPERATURE",
+           "SALVAGE_TRUNCATED_STAGES", "TRUNCATED_LIST_STAGES"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,12 @@ class TruncatedReplyError(ValueError):
 #: fifth sentence is worth more than a window of messages left out of memory. Answers and structured outputs
 #: (partition, select, consolidate, judge) are never accepted cut.
 SALVAGE_TRUNCATED_STAGES = frozenset({"narrate", "integrate", "anticipate", "distill", "direct_distill"})
+
+#: stages whose output is a list of independent items (insights): a reply cut by its cap that still parses is
+#: kept at once without its last item (the one the cap may have cut), counted as ``truncated_list_kept.<stage>``.
+#: A small model runs into the cap by copying the episode line after line, so asking again with twice the cap
+#: (two more calls with DSPy's JSON fallback) buys more of the same copies at ~1,500 tokens a call.
+TRUNCATED_LIST_STAGES = frozenset({"distill", "direct_distill"})
 
 
 #: sampling temperature of a re-ask (which also bypasses DSPy's response cache). Nonzero because at
@@ -135,6 +143,11 @@ def _fix_for(exc: Exception | None) -> str:
         return "check that the model server is up and reachable at the configured api_base."
     return ("check the model server is up and the model can follow the format (try a larger model or "
             "adapter='json').")
+
+
+def _without_last_items(pred: dspy.Prediction) -> dspy.Prediction:
+    """``pred`` with the last item of each list field removed (the item a token cap may have cut)."""
+    return dspy.Prediction(**{k: (v[:-1] if isinstance(v, list) else v) for k, v in pred.items()})
 
 
 class StagePredict(dspy.Module):
@@ -221,6 +234,9 @@ class StagePredict(dspy.Module):
                 try:
                     return self._once(inputs, reroll, cap)
                 except TruncatedReplyError as exc:
+                    if exc.pred is not None and self.stage_name in TRUNCATED_LIST_STAGES:
+                        tally(f"truncated_list_kept.{self.stage_name}")
+                        return self._record(inputs, _without_last_items(exc.pred))
                     salvage = exc.pred if exc.pred is not None else salvage
                     last, wider = exc, (None if widened else self._wider(cap))
                     if wider is not None:  # the same request with room to finish; its cache key differs

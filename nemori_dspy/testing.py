@@ -178,7 +178,8 @@ def prompt_hash(inputs: dict[str, str]) -> int:
 
 def default_responders(groups_of: int = 5) -> dict[str, Responder]:
     """Plausible, deterministic replies for every signature: fixed-size partitions, narratives that
-    quote the messages, no merges, one insight per message line, 'new' consolidation; the generous judge
+    quote the messages, no merges, one insight per message line (``<speaker> said: <text>``, no question
+    mark: a statement naming its speaker, as ``insight_rules`` keeps), 'new' consolidation; the generous judge
     passes an answer contained in the gold, the strict one only the gold itself."""
 
     def partition(i: dict[str, str]) -> str:
@@ -190,9 +191,9 @@ def default_responders(groups_of: int = 5) -> dict[str, Responder]:
         first = lines[0]
         return chat_reply(cue=f"Conversation starting {first[:60]}", narrative=" ".join(lines))
 
-    def distill(i: dict[str, str]) -> str:
+    def distill(i: dict[str, str]) -> str:  # "<speaker> said: <text>" of the first two lines, as statements
         msgs = i.get("episode_messages", "").splitlines()
-        return chat_reply(insights=[m.split("] ", 1)[-1] for m in msgs[:2]])
+        return chat_reply(insights=[m.split("] ", 1)[-1].replace(": ", " said: ", 1).rstrip("?") for m in msgs[:2]])
 
     def narrate_batch(i: dict[str, str]) -> str:  # each group as ``narrate`` would narrate it alone
         groups = re.split(r"^Group \d+:\n", i["message_groups"], flags=re.M)[1:]

@@ -87,12 +87,16 @@ def distill_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
     for rec in records:
         key = (rec.meta.get("user_id", ""), rec.meta.get("episode_id", ""))
         conv, ant = convs.get(key[0]), anticipated.get(key)
-        if rec.stage != "distill" or conv is None or ant is None:
+        if rec.stage != "distill" or conv is None:
+            continue
+        # no P_ant record: it was skipped (nothing known, ``anticipate_without_facts`` off); the cue is in the meta
+        cue = ant.inputs["episode_cue"] if ant is not None else rec.meta.get("episode_cue")
+        if cue is None:
             continue
         labels = _labels(conv, rec.meta.get("message_ids", []))
         if labelled_only and not labels["gold_answers"]:
             continue
-        out.append(dspy.Example(episode_cue=ant.inputs["episode_cue"], known_facts=ant.inputs.get("known_facts", []),
+        out.append(dspy.Example(episode_cue=cue, known_facts=ant.inputs.get("known_facts", []) if ant else [],
                                 episode_messages=rec.inputs["episode_messages"],
                                 predicted_episode=rec.inputs["predicted_episode"],
                                 known_before=rec.meta.get("known_before", []), **labels)

@@ -24,6 +24,7 @@ import dspy
 
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.modules.pipeline import NemoriPipeline
+from nemori_dspy.modules.semantic import predict_episode
 
 __all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram", "ConsolidateProgram",
            "EndToEndProgram", "end_to_end_questions", "clean_insights", "pipeline_stage", "pipeline_stage_owner"]
@@ -94,6 +95,7 @@ class StageProgram(dspy.Module):
         for name in frozen:
             lms[name] = _stage_lm(self._frozen.value[name])
         self._lms = _Shared(lms)
+        self._settings = _Shared(pipeline.res.settings)  # the rules around the stages read the pipeline's settings
 
     def call(self, stage: str, **inputs: Any) -> dspy.Prediction:
         """Run one held stage (tuned or frozen) with its own LM if it has one."""
@@ -136,11 +138,12 @@ class NarrateProgram(StageProgram):
         return dspy.Prediction(cue=str(pred.cue).strip(), narrative=str(pred.narrative).strip())
 
 
-def clean_insights(raw: object) -> list[str]:
-    """P_dis output → distinct non-empty insight strings, bullets stripped (as the pipeline stores them)."""
+def clean_insights(raw: object, episode_messages: str = "") -> list[str]:
+    """P_dis output → distinct non-empty insight strings, bullets stripped, and with the rendered
+    ``episode_messages`` questions, chat lines and verbatim copies dropped (as the pipeline stores them)."""
     from nemori_dspy.modules.semantic import _clean_insights
 
-    return _clean_insights(raw)
+    return _clean_insights(raw, episode_messages)
 
 
 class DistillProgram(StageProgram):
@@ -159,11 +162,11 @@ class DistillProgram(StageProgram):
 
     def forward(self, episode_cue: str, known_facts: list[str], episode_messages: str,
                 predicted_episode: str = "") -> dspy.Prediction:
-        if "anticipate" in self.tuned or not predicted_episode:
-            predicted_episode = str(self.call("anticipate", episode_cue=episode_cue,
-                                              known_facts=list(known_facts)).predicted_episode)
+        if "anticipate" in self.tuned or not predicted_episode:  # the pipeline's rule (no facts → no P_ant call)
+            predicted_episode = predict_episode(lambda **kw: self.call("anticipate", **kw), self._settings.value,
+                                                episode_cue, list(known_facts))
         found = self.call("distill", episode_messages=episode_messages, predicted_episode=predicted_episode).insights
-        return dspy.Prediction(insights=clean_insights(found), predicted_episode=predicted_episode)
+        return dspy.Prediction(insights=clean_insights(found, episode_messages), predicted_episode=predicted_episode)
 
 
 class ConsolidateProgram(StageProgram):

@@ -177,6 +177,14 @@ class EpisodicIntegration(dspy.Module):
         return [g for seg in split_at_gaps(messages, s.episode_split_gap_hours, s.naive_timezone)
                 for g in self.partition_segment(seg)]
 
+    def _partition_input(self, messages: Sequence[StoredMessage]) -> str:
+        """P_par's numbered messages: each cut to ``partition_message_chars`` when set (it needs only where the
+        topic changes), else clipped to fit ``max_prompt_chars`` as every prompt is."""
+        s = self.res.settings
+        if s.partition_message_chars is not None:
+            return render_numbered_messages(messages, min(s.max_message_chars, s.partition_message_chars))
+        return render_numbered_messages(messages, s.max_message_chars, s.max_prompt_chars)
+
     def partition_segment(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         """P_par with validation and repair; a segment shorter than ``partition_min_messages`` (default
         ``config.PARTITION_MIN_MESSAGES``) → one group without an LLM call (``partition_skipped_short``)."""
@@ -186,9 +194,7 @@ class EpisodicIntegration(dspy.Module):
                 tally("partition_skipped_short")
             return [list(messages)]
         try:
-            reply = self.partition(messages=render_numbered_messages(messages, self.res.settings.max_message_chars,
-                                                                            self.res.settings.max_prompt_chars),
-                                   message_count=n).groups
+            reply = self.partition(messages=self._partition_input(messages), message_count=n).groups
         except LLMError as exc:
             tally("partition_fallback_whole_window")
             log.warning("partition failed, using the whole window as one episode: %s", exc)

@@ -76,13 +76,13 @@ class FlatSummaryDistillation(dspy.Module):
             return []
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         if s.distillation == "direct":
-            return _clean_insights(self.direct_distill(episode_messages=msgs).insights)
+            return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs)
         tally("evoke_calls")
         if not summary:
             tally("evoke_empty")
         predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
                                     known_facts=[summary] if summary else []).predicted_episode
-        return _clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights)
+        return _clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights, msgs)
 
     def rewrite(self, summary: str, insights: list[str]) -> str:
         """P_sum(summary, insights), guarded: an empty reply, or one shorter than half the old summary, is

@@ -27,7 +27,7 @@ from .episodic import EpisodicIntegration
 from .resources import Resources
 from .response import ResponseGeneration
 from .flat import FlatSummaryDistillation
-from .semantic import SemanticDistillation
+from .semantic import SemanticDistillation, dated_cue
 
 __all__ = ["BATCHED_STAGES", "NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
 
@@ -136,7 +136,8 @@ class NemoriPipeline(dspy.Module):
         """Record meta of one distillation: the episode, its messages and, only while recording (it costs a
         search), the texts of the semantic entries nearest to it before distilling — what the distill metric
         counts as "already known" (``nemori_dspy.optimizers.metrics``)."""
-        meta = {"user_id": user_id, "episode_id": ep.id, "message_ids": list(ep.message_ids)}
+        meta = {"user_id": user_id, "episode_id": ep.id, "message_ids": list(ep.message_ids),
+                "episode_cue": dated_cue(ep)}
         if current_recorder() is not None:
             hits = self.res.store.search_semantic(user_id, ep.vector, KNOWN_BEFORE_TOP_K)
             meta["known_before"] = [h.entry.text for h in hits]

@@ -10,24 +10,32 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import dspy
 import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
+from ..insight_rules import not_a_fact
 from ..noise import is_noise_insight, strip_noise
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import tally
 from .resources import Resources
 
-__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "normalise_fact"]
+if TYPE_CHECKING:
+    from ..config import NemoriSettings
+
+__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
+           "predict_episode", "dated_cue"]
 
 log = logging.getLogger(__name__)
 
 #: cosine at or above which an insight counts as a duplicate of an existing entry (logged only).
 DUPLICATE_COSINE = 0.95
+
+#: P_dis's ``predicted_episode`` when memory knows nothing to predict from (``anticipate_without_facts`` off).
+NOTHING_PREDICTED = "(nothing: memory holds no facts about these people yet)"
 
 
 def _entry_id(user_id: str, episode_id: str, text: str) -> str:
@@ -90,8 +98,10 @@ class Consolidation:
         return False
 
 
-def _clean_insights(raw: object) -> list[str]:
-    """Insights as distinct, non-empty strings (bullets stripped); None or [] → []; noise dropped."""
+def _clean_insights(raw: object, messages: str = "") -> list[str]:
+    """Insights as distinct, non-empty strings (bullets stripped); None or [] → []; noise dropped; with the
+    episode's ``messages`` as P_dis saw them (rendered lines), questions, chat lines and verbatim copies of a
+    message are dropped too (``insight_rules.not_a_fact``, counted as ``insights_dropped.<reason>``)."""
     items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
     out: list[str] = []
     for x in items:
@@ -101,6 +111,11 @@ def _clean_insights(raw: object) -> list[str]:
         if is_noise_insight(t):
             tally("noise_insights_dropped")
             log.info("insight dropped as machine noise: %r", t[:200])
+            continue
+        reason = not_a_fact(t, messages) if messages else None
+        if reason is not None:
+            tally(f"insights_dropped.{reason}")
+            log.info("insight dropped (%s): %r", reason, t[:200])
             continue
         out.append(t)
     return out
@@ -116,6 +131,23 @@ def _human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
             continue
         out.append(m if text == m.content else m.model_copy(update={"content": text}))
     return out
+
+
+def dated_cue(episode: Episode) -> str:
+    """P_ant's ``episode_cue``: ``(YYYY-MM-DD) cue`` of the episode's first message."""
+    return f"({episode.start:%Y-%m-%d}) {episode.cue}"
+
+
+def predict_episode(anticipate: Callable[..., dspy.Prediction], settings: "NemoriSettings", episode_cue: str,
+                    known_facts: list[str]) -> str:
+    """P_ant's prediction from the dated cue and the evoked facts (§3.3.1), through ``anticipate`` (the pipeline's
+    predictor, or the one an optimizer tunes: the same rule runs in both). With no known fact and
+    ``anticipate_without_facts`` off, the prediction is ``NOTHING_PREDICTED`` without an LLM call
+    (``anticipate_skipped_no_facts``): a guess from the cue alone knows nothing about these people."""
+    if not known_facts and not settings.anticipate_without_facts:
+        tally("anticipate_skipped_no_facts")
+        return NOTHING_PREDICTED
+    return str(anticipate(episode_cue=episode_cue, known_facts=list(known_facts)).predicted_episode)
 
 
 class SemanticDistillation(dspy.Module):
@@ -173,12 +205,12 @@ class SemanticDistillation(dspy.Module):
             return [], []
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
         if self.res.settings.distillation == "direct":
-            return _clean_insights(self.direct_distill(episode_messages=msgs).insights), []
+            return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs), []
         evoked = self.evoke(user_id, episode)
-        predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
-                                    known_facts=[render_fact(e) for e in evoked]).predicted_episode
-        found = self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights
-        return _clean_insights(found), [e.text for e in evoked]
+        predicted = predict_episode(self.anticipate, self.res.settings, dated_cue(episode),
+                                    [render_fact(e) for e in evoked])
+        found = self.distill(episode_messages=msgs, predicted_episode=predicted).insights
+        return _clean_insights(found, msgs), [e.text for e in evoked]
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
         """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with
@@ -188,14 +220,20 @@ class SemanticDistillation(dspy.Module):
         stored = self.res.store.search_semantic(user_id, vec, k + len(plan.deletes) + len(plan.inserts))
         pending = {e.id for e in plan.inserts}  # a re-dated stored entry is seen as its pending copy
         pool = [(h.entry, h.score) for h in stored if h.entry.id not in plan.deletes and h.entry.id not in pending]
-        v = np.asarray(vec, dtype=np.float32)
-        pool += [(e, float(np.dot(v, np.asarray(e.vector, dtype=np.float32)))) for e in plan.inserts]
+        pool += [(e, _cosine(vec, e)) for e in self._visible_pending(plan)]
         pool.sort(key=lambda p: (-p[1], p[0].id))
         top = pool[:k]
         kept = top if floor is None else [(e, score) for e, score in top if score >= floor]
         if len(kept) < len(top):
             tally("consolidation.candidates_below_floor", len(top) - len(kept))
         return kept
+
+    def _visible_pending(self, plan: Consolidation) -> list[SemanticEntry]:
+        """The pending inserts P_con may see as candidates: all of them under ``consolidate_within_episode``
+        (the paper), else only re-dated copies of stored entries (this episode's own insights are left out)."""
+        if self.res.settings.consolidate_within_episode:
+            return list(plan.inserts)
+        return [e for e in plan.inserts if e.id in plan.stored]
 
     def apply(self, user_id: str, episode: Episode, insight: str, plan: Consolidation) -> None:
         """P_con for one insight k_q: new | merge(idxs, k_μ) | conflict(idxs) applied to ``plan`` (§3.3.3).
@@ -350,6 +388,11 @@ def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: Sema
     for t in targets:
         log.info("consolidation %s deletes %s %r, replaced by %s %r", action, t.id, t.text, replacement.id,
                  replacement.text)
+
+
+def _cosine(vec: list[float], entry: SemanticEntry) -> float:
+    """Dot product of ``vec`` and ``entry.vector`` (both unit vectors: their cosine)."""
+    return float(np.dot(np.asarray(vec, dtype=np.float32), np.asarray(entry.vector, dtype=np.float32)))
 
 
 def _ints(raw: object) -> list[int]:

@@ -99,10 +99,10 @@ def test_deepcopy_shares_the_store(tmp_path):
 # --- re-distilling what memory already holds adds no duplicate facts
 
 def _one_fact_per_message():
-    """Responders: one fact per message line (its text after the timestamp), P_con always 'new'."""
+    """Responders: one fact per message line ('<speaker> said: <text>'), P_con always 'new'."""
     responders = default_responders(groups_of=10)
     responders["DistillPredictionError"] = lambda i: chat_reply(
-        insights=[m.split("] ", 1)[-1] for m in i["episode_messages"].splitlines()])
+        insights=[m.split("] ", 1)[-1].replace(": ", " said: ", 1) for m in i["episode_messages"].splitlines()])
     responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="new", targets=[], merged_text="")
     return responders
 

@@ -241,7 +241,8 @@ def test_an_insight_equal_to_one_pending_in_the_same_episode_is_skipped(tmp_path
                                                               merged_text="Bob has lived in Berlin since 2022.")
     lm = ScriptedLM(responders)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+        pred = _module(store, TableEmbedder({}), None, consolidate_within_episode=True)(
+            user_id="u", episode=_episode(unit_vector(0)))
     assert [e.text for e in pred.inserts] == ["Bob has lived in Berlin since 2022."]
     assert ledger.counters["insight_duplicates_skipped"] == 1 and lm.calls["ConsolidateKnowledge"] == 1
 
@@ -434,7 +435,9 @@ def _batched(tmp_path, reply, insights):
                          "Melanie paints landscapes.": unit_vector(88), "Bob flies planes.": [0.0, 0.0, 1.0]})
     lm = ScriptedLM(responders)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = _module(store, emb, None, consolidation_mode="batched")(user_id="u", episode=_episode(unit_vector(0)))
+        # the paper's visibility: later insights of the episode see earlier ones as candidates
+        pred = _module(store, emb, None, consolidation_mode="batched",
+                       consolidate_within_episode=True)(user_id="u", episode=_episode(unit_vector(0)))
     store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
     return lm, {e.text: e for e in store.list_semantic("u")}
 
