@@ -3,6 +3,7 @@ switch, with evidence recall@k and answer coverage beside it, so no saving is bo
 
 usage: python -m benchmarks.construction [--data FILE] [--sessions 1-1] [--conversations conv-26]
                                          [--lm scripted|local:0.5b|local:1.5b|<litellm model>] [--configs a,b]
+                                         [--answer [--judge-model local:1.5b] [--max-questions N]]
                                          [--out benchmarks/results]
 
 DSPy's response cache is off (a cached reply is not a call, so it would hide what is measured). Each
@@ -18,7 +19,11 @@ extend instead of building again. Per configuration it reports:
   (raw messages left out: they always hold the answer); answer coverage in context: the same in the answer
   context ``ResponseGeneration.context`` renders, and that context's mean tokens.
 
-No answers are generated, so no judge/F1 here: those come from ``nemori-dspy eval locomo`` with the same settings.
+With ``--answer`` every question of the slice (at most ``--max-questions`` per conversation, evenly spaced) is
+also answered through the eval's own path (``eval.runner.answer_and_score``: the configuration's answer context →
+P_ans) and scored with token F1 and, with ``--judge-model``, the LLM judge; each configuration's judge, F1 and
+evidence recall@k then get a mean with its 95% CI, side by side, and each row says whether its means lie inside
+the CIs of the first configuration (issue 10: the default within the paper-faithful configuration's CIs).
 Targets are printed for people to read; nothing is asserted on timings. Writes
 ``<out>/construction-<lm>-<time>.json`` with the table, every figure, the settings of each configuration and the
 machine description (``benchmarks.machine``).
@@ -32,7 +37,7 @@ import re
 import tempfile
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -42,15 +47,16 @@ from benchmarks.machine import describe_machine
 from nemori_dspy.config import PAPER_FAITHFUL, NemoriSettings
 from nemori_dspy.embedders import Embedder, HashingEmbedder, resolve_embedder
 from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo, parse_sessions, slice_sessions
-from nemori_dspy.eval.metrics import evidence_recall_at_k
-from nemori_dspy.eval.runner import CONSTRUCTION_STAGES, ingest_conversation
+from nemori_dspy.eval.metrics import evidence_recall_at_k, mean_ci95
+from nemori_dspy.eval.runner import CONSTRUCTION_STAGES, answer_and_score, ingest_conversation
 from nemori_dspy.formatting import count_tokens
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.testing import ScriptedLM, default_responders
 from nemori_dspy.usage import Usage, UsageLedger  # noqa: F401 (Usage: per-stage figures)
 
-__all__ = ["CONFIGS", "TARGETS", "ConfigResult", "run", "table", "main", "answer_coverage"]
+__all__ = ["CONFIGS", "TARGETS", "ConfigResult", "AnswerOptions", "run", "table", "score_table", "within", "spaced",
+           "main", "answer_coverage"]
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "synthetic_locomo.json"
 
@@ -111,6 +117,10 @@ class ConfigResult:
     parked: int
     settings: dict[str, Any]
     counters: dict[str, int]
+    #: with ``--answer``: metric → [mean, low, high] (95% CI, ``eval.metrics.mean_ci95``) and n answered
+    scores: dict[str, list[float]] = field(default_factory=dict)
+    answered: int = 0
+    answers_failed: int = 0
 
 
 def _settings(base: dict[str, Any], name: str) -> NemoriSettings:
@@ -148,23 +158,59 @@ def _per_100(stages: dict[str, Usage], turns: int) -> tuple[float, float, dict[s
     return (sum(p["calls"] for p in per.values()), sum(p["tokens"] for p in per.values()), per)
 
 
+def spaced(items: list, n: int | None) -> list:
+    """At most ``n`` of ``items``, evenly spaced (all of them when ``n`` is None or not smaller)."""
+    if n is None or len(items) <= n:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / max(n - 1, 1))] for i in range(n)] if n > 0 else []
+
+
+def _answers(memory: Memory, conv: LoCoMoConversation, judge: Any, max_questions: int | None) -> list[dict]:
+    """Rows of ``eval.runner.answer_and_score`` for the scored questions of ``conv`` (categories 1-4)."""
+    from nemori_dspy.eval.locomo import SCORED_CATEGORIES
+
+    qs = spaced([q for q in conv.questions if q.category in SCORED_CATEGORIES], max_questions)
+    return [answer_and_score(memory, conv, q, judge) for q in qs]
+
+
+def _scores(rows: list[dict], k: int) -> dict[str, list[float]]:
+    """metric → [mean, low, high] over ``rows`` for judge (when judged), F1 and recall@k (%)."""
+    out = {}
+    for metric in ("judge", "f1", f"recall_at_{k}"):
+        vals = [float(r[metric]) for r in rows if r.get(metric) is not None]
+        if vals:
+            out[metric] = [100 * v for v in mean_ci95(vals)]
+    return out
+
+
+@dataclass
+class AnswerOptions:
+    """``--answer``: the judge (None = F1 and recall only) and the cap of questions per conversation."""
+
+    judge: Any = None
+    max_questions: int | None = None
+
+
 def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversations: list[LoCoMoConversation],
-               workdir: Path, stores: dict[str, Path], k: int = 10) -> ConfigResult:
-    """Build (or reuse) the slice's memories under ``settings`` and measure them (see the module docstring)."""
+               workdir: Path, stores: dict[str, Path], k: int = 10, answer: AnswerOptions | None = None) -> ConfigResult:
+    """Build (or reuse) the slice's memories under ``settings`` and measure them (see the module docstring);
+    with ``answer``, also answer and score the questions (answering is not charged to construction)."""
     _, reuse = CONFIGS.get(name, ({}, None))
-    recall, cov_mem, cov_ctx, tokens, parked = [], [], [], [], 0
+    recall, cov_mem, cov_ctx, tokens, parked, rows = [], [], [], [], 0, []
     t0, mine = time.perf_counter(), UsageLedger()  # this configuration's own calls, tokens and counters
-    with mine.charging():
-        for conv in conversations:
-            key = f"{reuse or name}/{conv.sample_id}"
-            path = stores.get(key) or workdir / name / f"{conv.sample_id}.db"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            memory = Memory(SQLiteStore(path), embedder, settings)
+    for conv in conversations:
+        key = f"{reuse or name}/{conv.sample_id}"
+        path = stores.get(key) or workdir / name / f"{conv.sample_id}.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        memory = Memory(SQLiteStore(path), embedder, settings)
+        with mine.charging():
             if key not in stores:
                 parked += len(ingest_conversation(memory, conv, progress=False)["parked"])
                 stores[key] = path
             r, m, c, t = _quality(memory, conv, k)
-            recall, cov_mem, cov_ctx, tokens = recall + r, cov_mem + m, cov_ctx + c, tokens + t
+        recall, cov_mem, cov_ctx, tokens = recall + r, cov_mem + m, cov_ctx + c, tokens + t
+        if answer is not None:
+            rows += _answers(memory, conv, answer.judge, answer.max_questions)
     turns = sum(len(c.messages) for c in conversations)
     calls, toks, per = _per_100({s: u for s, u in mine.snapshot().items() if s in CONSTRUCTION_STAGES}, turns)
     return ConfigResult(name=name, turns=turns, questions=len(recall), calls_per_100=calls, tokens_per_100=toks,
@@ -172,15 +218,20 @@ def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversa
                         coverage_context=_mean(cov_ctx), context_tokens=_mean(tokens),
                         seconds=time.perf_counter() - t0, parked=parked,
                         settings={f: getattr(settings, f) for f in (*PAPER_FAITHFUL, "consolidation_min_similarity")},
-                        counters={c: mine.counters[c] for c in SWITCH_COUNTERS if mine.counters.get(c, 0)})
+                        counters={c: mine.counters[c] for c in SWITCH_COUNTERS if mine.counters.get(c, 0)},
+                        scores=_scores(rows, k), answered=len(rows),
+                        answers_failed=sum(1 for r in rows if r.get("answer_error")))
 
 
 @contextmanager
-def _lm(spec: str, base: dict[str, Any]) -> Iterator[tuple[Embedder, str]]:
-    """Configure DSPy for ``spec`` ('scripted', 'local:<size>' or a litellm model); yields (embedder, label)."""
+def _lm(spec: str, base: dict[str, Any], judge: bool = False) -> Iterator[tuple[Embedder, str, Any]]:
+    """Configure DSPy for ``spec`` ('scripted', 'local:<size>' or a litellm model); yields (embedder, label, judge):
+    ``judge`` is an ``LLMJudge`` on ``base["judge_model"]`` (or the answer model) when asked for, else None."""
+    from nemori_dspy.eval.judge import LLMJudge
+
     if spec == "scripted":
         with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
-            yield HashingEmbedder(64), "scripted"
+            yield HashingEmbedder(64), "scripted", LLMJudge(model_label="scripted") if judge else None
         return
     from nemori_dspy.runtime import build_runtime
 
@@ -188,15 +239,18 @@ def _lm(spec: str, base: dict[str, Any]) -> Iterator[tuple[Embedder, str]]:
             else {"model": spec})
     settings = NemoriSettings(**{**base, **over})
     with build_runtime(settings) as rt:
-        yield resolve_embedder(settings), rt.model_label
+        yield (resolve_embedder(settings), rt.model_label,
+               LLMJudge(lm=rt.judge_lm, model_label=rt.judge_label) if judge else None)
 
 
 def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: str, configs: list[str],
         k: int = 10, base: dict[str, Any] | None = None, progress: bool = True,
-        on_result: Callable[[list[ConfigResult], str], None] | None = None) -> tuple[list[ConfigResult], str]:
+        on_result: Callable[[list[ConfigResult], str], None] | None = None, answer: bool = False,
+        judge: bool = False, max_questions: int | None = None) -> tuple[list[ConfigResult], str]:
     """Every configuration of ``configs`` on the slice; returns (results, LM label). ``on_result(results so
     far, label)`` is called after each configuration (``main`` writes the result file then, so a long real run
-    stopped early keeps what it measured).
+    stopped early keeps what it measured). ``answer``: also answer and score the questions (``judge``: with the
+    LLM judge of ``base["judge_model"]``, else the answer model; ``max_questions`` per conversation).
 
     Raises:
         DatasetError: bad ``data``/``sessions``/``conversations`` (from ``eval.locomo``).
@@ -212,12 +266,13 @@ def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: s
     needed = list(dict.fromkeys([CONFIGS[c][1] for c in configs if CONFIGS[c][1]] + configs))  # reused ones first
     results: list[ConfigResult] = []
     with ExitStack() as stack:
-        embedder, label = stack.enter_context(_lm(lm, base))
+        embedder, label, llm_judge = stack.enter_context(_lm(lm, base, judge=answer and judge))
+        answering = AnswerOptions(llm_judge, max_questions) if answer else None
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nemori-bench-")))
         stores: dict[str, Path] = {}
         done: dict[str, ConfigResult] = {}
         for name in needed:
-            res = run_config(name, _settings(base, name), embedder, convs, workdir, stores, k)
+            res = run_config(name, _settings(base, name), embedder, convs, workdir, stores, k, answering)
             reuse = CONFIGS[name][1]
             if reuse is not None:  # same memories: the construction cost is the one they were built with
                 src = done[reuse]
@@ -256,6 +311,35 @@ def table(results: list[ConfigResult], k: int = 10) -> str:
     lines += ["", f"turns {results[0].turns if results else 0}, questions {results[0].questions if results else 0}"]
     lines += [f"{r.name}: {', '.join(f'{k} {v}' for k, v in r.counters.items()) or 'no fallbacks or retries'}"
               for r in results]
+    if any(r.scores for r in results):
+        lines += ["", score_table(results, k)]
+    return "\n".join(lines)
+
+
+def _cell(ci: list[float] | None) -> str:
+    return "—" if not ci else f"{ci[0]:.1f} [{ci[1]:.1f}–{ci[2]:.1f}]"
+
+
+def within(ci: list[float] | None, ref: list[float] | None) -> bool | None:
+    """True if the mean of ``ci`` lies inside the 95% CI of ``ref`` ([mean, low, high]); None if either is missing."""
+    if not ci or not ref:
+        return None
+    return ref[1] <= ci[0] <= ref[2]
+
+
+def score_table(results: list[ConfigResult], k: int = 10) -> str:
+    """Judge, F1 and recall@k (%, mean [95% CI]) per configuration, side by side; the last column says whether
+    each mean lies inside the first configuration's CI (the reference, e.g. ``paper``)."""
+    metrics = ["judge", "f1", f"recall_at_{k}"]
+    ref = results[0]
+    head = ("| configuration | answered | " + " | ".join(metrics) + f" | means inside {ref.name}'s CIs |")
+    lines = [head, "|" + "---|" * (len(metrics) + 3)]
+    for r in results:
+        flags = [within(r.scores.get(m), ref.scores.get(m)) for m in metrics]
+        verdict = "—" if r is ref else ", ".join(f"{m} {'yes' if f else 'no' if f is not None else '—'}"
+                                                 for m, f in zip(metrics, flags))
+        lines.append(f"| {r.name} | {r.answered} ({r.answers_failed} failed) | "
+                     + " | ".join(_cell(r.scores.get(m)) for m in metrics) + f" | {verdict} |")
     return "\n".join(lines)
 
 
@@ -267,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lm", default="scripted", help="'scripted' (no model), 'local:0.5b', 'local:1.5b' or a litellm model")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from: {', '.join(CONFIGS)}")
     ap.add_argument("--k", type=int, default=10, help="k of evidence recall@k")
+    ap.add_argument("--answer", action="store_true", help="also answer and score the questions (F1, recall, judge)")
+    ap.add_argument("--judge-model", default=None, help="with --answer: the LLM judge (e.g. local:1.5b); "
+                    "default: no judge, F1 and recall only")
+    ap.add_argument("--max-questions", type=int, default=None, help="with --answer: at most N questions per "
+                    "conversation, evenly spaced (default: all)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     a = ap.parse_args(argv)
     ids = [s.strip() for s in a.conversations.split(",")] if a.conversations else None
@@ -280,12 +369,16 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps({
             "benchmark": "construction", "lm": a.lm, "model_label": label, "data": str(a.data),
             "sessions": a.sessions, "conversations": ids, "k": a.k, "targets": TARGETS,
+            "answer": a.answer, "judge_model": a.judge_model, "max_questions": a.max_questions,
             "configs": configs, "complete": len(results) == len(configs),
             "seconds": round(time.perf_counter() - t0, 1), "results": [r.__dict__ for r in results],
             "table": text, "machine": describe_machine()}, indent=2, default=str))
         return text
 
-    results, label = run(a.data, a.sessions, ids, a.lm, configs, a.k, on_result=write)
+    base = {"judge_model": a.judge_model} if a.judge_model else {}
+    results, label = run(a.data, a.sessions, ids, a.lm, configs, a.k, base=base, on_result=write, answer=a.answer,
+                         judge=a.answer and (a.judge_model is not None or a.lm == "scripted"),
+                         max_questions=a.max_questions)
     print(write(results, label))
     print(f"wrote {path}")
     return 0

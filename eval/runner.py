@@ -32,7 +32,7 @@ from nemori_dspy.eval.metrics import Group, bleu1, category_table, evidence_reca
 from nemori_dspy.eval.systems import SYSTEMS, System
 
 __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
-           "run_locomo", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS"]
+           "run_locomo", "answer_and_score", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS"]
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +265,15 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
             "search_ms": round(search_ms, 1), "total_ms": round(total_ms, 1),
             **({"answer_error": failure} if failure else {}),
             **_recall(ranked, q.evidence), **_score(q, answer, judge)}
+
+
+def answer_and_score(memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
+                     judge: LLMJudge | JudgePanel | None, system: System | None = None) -> dict[str, Any]:
+    """One question answered through the eval's own path (``ResponseGeneration`` context → P_ans) and scored: the
+    row ``results.jsonl`` holds (``answer``, ``f1``, ``bleu1``, ``f1_locomo``, ``judge`` when judged,
+    ``recall_at_<k>``, ``context_tokens``, …). ``system`` defaults to ``nemori``. For benchmarks that build memory
+    themselves (``benchmarks.construction --answer``); an answer that fails is scored empty (``answer_error``)."""
+    return _answer_row(system or SYSTEMS["nemori"], memory, conv, q, None, judge)
 
 
 class _Checkpoint:
