@@ -117,3 +117,24 @@ def test_system_message_follows_instructions_changed_in_place():
     first = adapter.format_system_message(sig)
     sig.instructions = "Second."
     assert "Second." in adapter.format_system_message(sig) and first != adapter.format_system_message(sig)
+
+
+@pytest.mark.parametrize("reply", [
+    "[Caroline adopted a dog.]\n[Caroline walks Rex daily.]",
+    "- Caroline adopted a dog.\n- Caroline walks Rex daily.",
+    "1. Caroline adopted a dog.\n2. Caroline walks Rex daily.",
+    "[Caroline adopted a dog.]\n[Caroline walks Rex daily.",  # the last line cut before its bracket
+])
+def test_a_list_written_one_item_per_line_is_that_list_in_one_call(reply):
+    got, lm = _insights(reply)
+    assert got == ["Caroline adopted a dog.", "Caroline walks Rex daily."] and lm.calls == {"DistillPredictionError": 1}
+
+
+def test_an_item_holding_brackets_keeps_them():
+    got, _ = _insights("[Caroline shared a photo [a dog by a wall].]\n[Melanie paints.]")
+    assert got == ["Caroline shared a photo [a dog by a wall].", "Melanie paints."]
+
+
+def test_a_json_list_over_several_lines_is_dspys_to_parse():
+    assert _insights('[\n  "Caroline adopted a dog.",\n  "Melanie paints."\n]')[0] == [
+        "Caroline adopted a dog.", "Melanie paints."]

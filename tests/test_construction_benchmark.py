@@ -50,3 +50,23 @@ def test_a_switch_falling_back_shows_in_its_counters(monkeypatch):
     paper, batched = results
     assert "narrate_batch_fallback" not in paper.counters and batched.counters["narrate_batch_fallback"] > 0
     assert batched.per_stage["narrate"]["calls"] == paper.per_stage["narrate"]["calls"]
+
+
+def test_answer_mode_scores_each_configuration_side_by_side_with_cis(tmp_path, capsys):
+    assert main(["--data", str(SYNTHETIC_LOCOMO), "--sessions", "1-2", "--configs", "paper,default", "--answer",
+                 "--max-questions", "2", "--out", str(tmp_path)]) == 0
+    out = json.loads(next(tmp_path.glob("construction-scripted-*.json")).read_text())
+    paper, default = out["results"]
+    assert paper["answered"] == default["answered"] > 0 and out["answer"] is True
+    assert set(paper["scores"]) == {"judge", "f1", "recall_at_10"}  # the scripted LM also judges
+    assert all(len(v) == 3 and v[1] <= v[0] <= v[2] for v in paper["scores"].values())
+    printed = capsys.readouterr().out
+    assert "| configuration | answered | judge | f1 | recall_at_10 | means inside paper's CIs |" in printed
+    assert "judge yes" in printed or "judge no" in printed
+
+
+def test_spaced_takes_evenly_spread_items():
+    from benchmarks.construction import spaced, within
+
+    assert spaced(list(range(10)), 3) == [0, 4, 9] and spaced([1, 2], 5) == [1, 2] and spaced([1, 2], None) == [1, 2]
+    assert within([50.0, 40.0, 60.0], [55.0, 45.0, 65.0]) and not within([30.0, 20.0, 40.0], [55.0, 45.0, 65.0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dspy
 import pytest
 
+from nemori_dspy.adapters import LenientChatAdapter
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import AnswerQuestion, NarrateEpisode, PartitionMessages
@@ -217,3 +218,25 @@ def test_a_re_ask_bypasses_the_cache_at_the_named_reroll_temperature():
     assert pred.answer == "Michael" and REROLL_TEMPERATURE > 0
     assert configs[0] == {"max_tokens": 64}  # the first ask: the LM's own temperature, cache allowed
     assert configs[1] == {"max_tokens": 64, "cache": False, "temperature": REROLL_TEMPERATURE, "rollout_id": 1}
+
+
+# --- a cut list of insights keeps its complete items without a re-ask
+
+def test_a_truncated_insight_list_keeps_its_complete_items_in_one_call(ledger):
+    from nemori_dspy.signatures import DistillPredictionError
+
+    r = default_responders()
+    r["DistillPredictionError"] = lambda i: "[[ ## insights ## ]]\n[Caroline adopted Rex.]\n[Caroline walks Rex.]\n[Caro"
+    lm = ScriptedLM(r)
+    lm.finish_reason = "length"
+    with dspy.context(lm=lm, adapter=LenientChatAdapter()):
+        pred = StagePredict(DistillPredictionError, "distill", max_tokens=320)(
+            episode_messages="[2023-05-08 13:00] Caroline: I adopted Rex.", predicted_episode="")
+    assert pred.insights == ["Caroline adopted Rex.", "Caroline walks Rex."]  # "Caro", the item the cap cut, is gone
+    assert lm.calls == {"DistillPredictionError": 1} and ledger.counters["truncated_list_kept.distill"] == 1
+
+
+def test_a_cut_reply_of_a_stage_that_is_not_a_list_is_still_asked_again():
+    from nemori_dspy.predict import TRUNCATED_LIST_STAGES
+
+    assert TRUNCATED_LIST_STAGES == {"distill", "direct_distill"}

@@ -299,3 +299,17 @@ def test_select_on_cues_sends_no_candidate_narratives(tmp_path):
     sent = [i for name, i in lm.prompts if name == "SelectContinuation"][0]
     assert first.cue in sent["candidates"] and first.narrative not in sent["candidates"]
     assert sent["candidates"].startswith("[1] (2023-05-08) ")
+
+
+@pytest.mark.parametrize("chars,shown", [(None, 400), (160, 160)])
+def test_p_par_sees_messages_cut_to_partition_message_chars_and_p_nar_whole(tmp_path, chars, shown):
+    lm = ScriptedLM(default_responders())
+    long = "x" * 400
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64),
+                     NemoriSettings(window_size=4, partition_message_chars=chars))
+        mem.add_messages("u", [{"speaker": "Caroline", "content": long, "timestamp": f"2023-05-24T10:0{i}:00"}
+                               for i in range(4)])
+    partition = [inp for name, inp in lm.prompts if name == "PartitionMessages"][0]["messages"]
+    assert all(line.count("x") == shown for line in partition.splitlines())
+    assert all(inp["messages"].count(long) >= 1 for name, inp in lm.prompts if name == "NarrateEpisode")

@@ -502,3 +502,65 @@ def test_default_tau_is_the_embedders_measured_one():
     assert NemoriSettings(embedder="openai/text-embedding-3-small").evoke_threshold == PAPER_EVOKE_THRESHOLD == 0.70
     assert NemoriSettings(embedder="hashing-64").evoke_threshold == PAPER_EVOKE_THRESHOLD  # not measured: the paper's
     assert NemoriSettings(evoke_threshold=0.55).evoke_threshold == 0.55  # an explicit τ wins
+
+
+# --- cost switches with a paper value: P_ant with nothing known, P_con on this episode's own insights
+
+def test_nothing_evoked_means_nothing_predicted_without_a_p_ant_call(tmp_path, ledger):
+    from nemori_dspy.modules.semantic import NOTHING_PREDICTED
+
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+    assert "AnticipateEpisode" not in lm.calls and ledger.counters["anticipate_skipped_no_facts"] == 1
+    assert [i for n, i in lm.prompts if n == "DistillPredictionError"][0]["predicted_episode"] == NOTHING_PREDICTED
+
+
+def test_the_paper_predicts_even_with_nothing_evoked(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        _module(store, TableEmbedder({}), None, anticipate_without_facts=True)(user_id="u", episode=_episode(unit_vector(0)))
+    assert lm.calls["AnticipateEpisode"] == 1
+
+
+def _two_close_insights(tmp_path, **settings):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=["Caroline adopted Rex.", "Caroline has a dog."])
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="conflict", targets=[1], merged_text="")
+    emb = TableEmbedder({"Caroline adopted Rex.": unit_vector(5), "Caroline has a dog.": unit_vector(8)})
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, emb, None, **settings)(user_id="u", episode=_episode(unit_vector(0)))
+    return lm, pred
+
+
+def test_insights_of_one_episode_are_not_candidates_of_each_other(tmp_path, ledger):
+    lm, pred = _two_close_insights(tmp_path)  # cos 3° ≈ 0.999: a P_con 'conflict' would delete the first
+    assert "ConsolidateKnowledge" not in lm.calls
+    assert [e.text for e in pred.inserts] == ["Caroline adopted Rex.", "Caroline has a dog."] and pred.deletes == []
+    assert "consolidation.deleted" not in ledger.counters
+
+
+def test_the_paper_consolidates_an_insight_against_the_episodes_earlier_ones(tmp_path):
+    lm, pred = _two_close_insights(tmp_path, consolidate_within_episode=True)
+    assert lm.calls["ConsolidateKnowledge"] == 1 and [e.text for e in pred.inserts] == ["Caroline has a dog."]
+
+
+def test_a_chat_line_or_question_from_p_dis_is_not_stored(tmp_path, ledger):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=[
+        "Caroline: I adopted a dog named Rex.", "What breed is he?", "I adopted a dog named Rex!",
+        "Caroline adopted a dog named Rex on 8 May 2023."])
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
+    assert pred.insights == ["Caroline adopted a dog named Rex on 8 May 2023."]
+    assert {k: v for k, v in ledger.counters.items() if k.startswith("insights_dropped.")} == {
+        "insights_dropped.chat_line": 1, "insights_dropped.question": 1, "insights_dropped.verbatim_copy": 1}

@@ -99,6 +99,11 @@ def test_stage_examples_carry_the_episode_labels(built):
     dex = distill_examples(read_records(path), convs)
     assert dex and set(dex[0].inputs().keys()) == {"episode_cue", "known_facts", "episode_messages",
                                                    "predicted_episode"}
+    # an episode distilled with nothing evoked has no P_ant record: its cue comes from the distill record's meta
+    from nemori_dspy.modules.semantic import NOTHING_PREDICTED
+
+    skipped = [e for e in dex if e.predicted_episode == NOTHING_PREDICTED]
+    assert skipped and all(e.known_facts == [] and e.episode_cue.startswith("(20") for e in skipped)
 
 
 def test_replayed_records_are_read_once(tmp_path):
