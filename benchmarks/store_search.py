@@ -1,6 +1,6 @@
 """Search latency of the embedded SQLite store at 1k / 10k / 100k entries per user.
 
-usage: python -m benchmarks.store_search [--sizes 1000 10000 100000] [--dim 384] [--queries 200]
+usage: python -m benchmarks.store_search [--sizes 1000 10000 100000] [--dim 384] [--queries 200] [--embedder]
        python -m benchmarks.store_search --db FILE --size N --first-only   (one open + first search, for
                                                                             whole-process timing)
 
@@ -11,7 +11,9 @@ by the embedder's benchmark). Figures: the first search after opening the store 
 index), then p50/p95 of warm searches, cosine-only and fused with the lexical match
 (``lexical_weight`` 0.3), and of a search right after one write (the incremental index update).
 The OS page cache is warm (the file was just written). "first search, rebuild" is the first search
-when the index files are missing (they are rebuilt from SQLite). Prints a table with issue 10's targets
+when the index files are missing (they are rebuilt from SQLite). With ``--embedder``, the answer path's
+retrieval is timed as the eval reports ``search_ms``: the default embedder embeds a LoCoMo-like question,
+then the fused search runs (``ResponseGeneration.retrieve``). Prints a table with issue 10's targets
 beside the figures; writes JSON + the machine to benchmarks/results/store_search.json.
 """
 
@@ -22,13 +24,14 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import Episode, SemanticEntry
 
-__all__ = ["build", "measure", "main", "TARGETS"]
+__all__ = ["build", "measure", "measure_end_to_end", "questions", "main", "TARGETS"]
 
 #: issue 10: p50 ≤ 8 ms / p95 ≤ 15 ms at 10k entries per user, ≤ 20 ms at 100k; first search ≤ 100 ms at 100k.
 TARGETS = {10_000: {"p50": 8.0, "p95": 15.0}, 100_000: {"p50": 20.0, "first": 100.0}}
@@ -123,6 +126,45 @@ def measure(path: Path, dim: int, queries: int) -> dict[str, float]:
     return out
 
 
+#: question shapes of LoCoMo (who/when/what/where about a named person), filled with random names and words.
+_QUESTIONS = ["When did {n} go to the {w} support group?", "What did {n} paint after the {w} trip?",
+              "Where did {n} and {m} meet in June 2023?", "Why did {n} start learning the {w}?",
+              "How many {w} does {n} have?", "What does {m} think about {n}'s {w}?"]
+_NAMES = ["Caroline", "Melanie", "Jon", "Gina", "Audrey", "Andrew", "John", "Maria", "Deborah", "Jolene"]
+
+
+def questions(queries: int, seed: int = 11) -> list[str]:
+    """``queries`` LoCoMo-like questions (a template, two names, one of the stored texts' words)."""
+    rng = np.random.default_rng(seed)
+    return [_QUESTIONS[i % len(_QUESTIONS)].format(n=rng.choice(_NAMES), m=rng.choice(_NAMES), w=rng.choice(_WORDS))
+            for i in range(queries)]
+
+
+def measure_end_to_end(path: Path, queries: int) -> dict[str, Any]:
+    """The answer path's retrieval as the eval times it (``ResponseGeneration.retrieve``: the default embedder
+    embeds the question, then the fused episodic + semantic search), p50/p95 in ms, and the embedding alone."""
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.embedders import resolve_embedder
+    from nemori_dspy.memory import Memory
+
+    settings = NemoriSettings(_env_file=None)
+    embedder = resolve_embedder(settings)
+    memory = Memory(SQLiteStore(path, lexical_weight=settings.lexical_weight), embedder, settings)
+    qs = questions(queries)
+    memory.pipeline.response.retrieve(_USER, qs[0])  # loads the index and the embedder's session
+    total, embed = [], []
+    for q in qs:
+        t0 = time.perf_counter()
+        embedder.embed([q])
+        t1 = time.perf_counter()
+        memory.pipeline.response.retrieve(_USER, q)
+        total.append((time.perf_counter() - t1) * 1000)
+        embed.append((t1 - t0) * 1000)
+    return {"embedder": repr(embedder), "lexical_weight": settings.lexical_weight,
+            **{f"end_to_end_{k}_ms": v for k, v in _percentiles(total).items()},
+            **{f"embed_{k}_ms": v for k, v in _percentiles(embed).items()}}
+
+
 def _target(n: int, key: str) -> str:
     t = TARGETS.get(n, {}).get(key)
     return f"≤ {t:g}" if t is not None else "—"
@@ -142,6 +184,17 @@ def _table(rows: list[dict]) -> None:
               f"| {r['after_write_p50_ms']:.2f} / {r['after_write_p95_ms']:.2f} |")
 
 
+def _end_to_end_table(rows: list[dict]) -> None:
+    print(f"\nanswer-path retrieval with the default embedder ({rows[0]['embedder']}), "
+          f"lexical_weight {rows[0]['lexical_weight']}:")
+    print("| entries per user | embed + fused search p50 / p95 (ms) | target p50 / p95 | embedding alone p50 / p95 (ms) |")
+    print("|---|---|---|---|")
+    for r in rows:
+        n = r["n"]
+        print(f"| {n:,} | {r['end_to_end_p50_ms']:.2f} / {r['end_to_end_p95_ms']:.2f} "
+              f"| {_target(n, 'p50')} / {_target(n, 'p95')} | {r['embed_p50_ms']:.2f} / {r['embed_p95_ms']:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", type=int, default=[1_000, 10_000, 100_000])
@@ -151,6 +204,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=10_000, help="entries per user for --build-only")
     ap.add_argument("--build-only", action="store_true", help="build --db with --size entries and exit")
     ap.add_argument("--first-only", action="store_true", help="open --db, run one search, print its ms")
+    ap.add_argument("--embedder", action="store_true", help="also time the answer path's retrieval with the default "
+                    "embedder (question embedding + fused search, as the eval's search_ms); needs its model files")
     a = ap.parse_args()
     if a.build_only or a.first_only:
         if a.db is None:
@@ -166,9 +221,13 @@ def main() -> None:
             path = Path(tmp) / f"bench-{n}.db"
             r = {"n": n, "build_s": build(path, n, a.dim)}
             r.update(measure(path, a.dim, a.queries))
+            if a.embedder:
+                r.update(measure_end_to_end(path, a.queries))
             rows.append(r)
     print(f"query vector precomputed (embedding excluded); dim {a.dim}; {a.queries} queries per figure")
     _table(rows)
+    if a.embedder:
+        _end_to_end_table(rows)
     from benchmarks.machine import describe_machine, write_result
 
     write_result("store_search", {"args": vars(a) | {"db": None}, "targets": TARGETS, "rows": rows,

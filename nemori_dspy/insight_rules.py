@@ -67,19 +67,22 @@ def is_verbatim_copy(insight: str, messages: list[tuple[str, str]]) -> bool:
     speakers = {w for speaker, _ in messages for w in _key(speaker).split()}
     for _, content in messages:
         other = _key(content)
-        if (other and difflib.SequenceMatcher(None, key, other, autojunk=False).ratio() >= COPY_RATIO
+        if not other or 2 * min(len(key), len(other)) < COPY_RATIO * (len(key) + len(other)):
+            continue  # the ratio cannot reach COPY_RATIO: lengths too different
+        m = difflib.SequenceMatcher(None, key, other, autojunk=False)
+        if (m.quick_ratio() >= COPY_RATIO and m.ratio() >= COPY_RATIO
                 and _names(key, speakers) <= _names(other, speakers)):
             return True
     return False
 
 
-def not_a_fact(insight: str, rendered_messages: str) -> str | None:
+def not_a_fact(insight: str, rendered_messages: str | list[tuple[str, str]]) -> str | None:
     """Why ``insight`` is not a fact of the episode whose messages P_dis saw as ``rendered_messages`` (one
-    ``[YYYY-MM-DD HH:MM] speaker: text`` line each): ``"question"``, ``"chat_line"``, ``"verbatim_copy"``, or
-    None when it is kept."""
+    ``[YYYY-MM-DD HH:MM] speaker: text`` line each, or those lines already split by ``message_lines``):
+    ``"question"``, ``"chat_line"``, ``"verbatim_copy"``, or None when it is kept."""
     if is_question(insight):
         return "question"
-    messages = message_lines(rendered_messages)
+    messages = message_lines(rendered_messages) if isinstance(rendered_messages, str) else rendered_messages
     if is_chat_line(insight, {speaker for speaker, _ in messages}):
         return "chat_line"
     if is_verbatim_copy(insight, messages):

@@ -44,9 +44,10 @@ class _TruncationNote(logging.Filter):
             name, cap = current_stage(), _CAP.get()
             tally(f"truncated.{name}")
             note_truncation("log")
-            record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); it is not used: asked "
-                          f"again once with twice the cap, else retried or parked. To raise the cap: "
-                          f"NEMORI_STAGE_LMS='{{\"{name}\": {{\"max_tokens\": N}}}}'")
+            fate = ("its complete items are kept, without a re-ask" if name in TRUNCATED_LIST_STAGES else
+                    "it is not used: asked again once with twice the cap, else retried or parked")
+            record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); {fate}. To raise the "
+                          f"cap: NEMORI_STAGE_LMS='{{\"{name}\": {{\"max_tokens\": N}}}}'")
             record.args = ()
             record.name = __name__  # our message: logged under this module, not DSPy's
         return True

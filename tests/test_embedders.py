@@ -127,6 +127,17 @@ def test_onnx_route_matches_sentence_transformers():
 
 
 @_needs_onnx
+def test_a_single_query_through_onnx_runtime_directly_equals_the_batch_vector():
+    from nemori_dspy.embedders import OnnxMiniLMEmbedder
+
+    onnx = OnnxMiniLMEmbedder(_ONNX)
+    batch = onnx.embed(_TEXTS)
+    one = np.stack([onnx.embed([t])[0] for t in _TEXTS])  # the query path: one text, no fastembed batching
+    assert one.shape == batch.shape and float((batch * one).sum(axis=1).min()) > 0.9999
+    assert np.allclose(np.linalg.norm(one, axis=1), 1.0, atol=1e-5) and onnx.truncated == 2  # the long text, twice
+
+
+@_needs_onnx
 def test_auto_backend_resolves_to_onnx_and_torch_on_request():
     from nemori_dspy.embedders import OnnxMiniLMEmbedder, SentenceTransformerEmbedder
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import not_a_fact
+from ..insight_rules import message_lines, not_a_fact
 from ..noise import is_noise_insight, strip_noise
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import tally
@@ -103,6 +103,7 @@ def _clean_insights(raw: object, messages: str = "") -> list[str]:
     episode's ``messages`` as P_dis saw them (rendered lines), questions, chat lines and verbatim copies of a
     message are dropped too (``insight_rules.not_a_fact``, counted as ``insights_dropped.<reason>``)."""
     items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
+    lines = message_lines(messages) if messages else []
     out: list[str] = []
     for x in items:
         t = str(x).strip().lstrip("-•* ").strip() if x is not None else ""
@@ -112,7 +113,7 @@ def _clean_insights(raw: object, messages: str = "") -> list[str]:
             tally("noise_insights_dropped")
             log.info("insight dropped as machine noise: %r", t[:200])
             continue
-        reason = not_a_fact(t, messages) if messages else None
+        reason = not_a_fact(t, lines) if lines else None
         if reason is not None:
             tally(f"insights_dropped.{reason}")
             log.info("insight dropped (%s): %r", reason, t[:200])
