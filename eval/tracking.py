@@ -390,6 +390,12 @@ class EvalTracker:
                 yield
         finally:
             self._spans = None
+            # MLflow exports finished traces on a background queue (MLFLOW_ENABLE_ASYNC_TRACE_LOGGING, on by
+            # default): without this drain the last calls' traces (e.g. the judge audit's) can still be
+            # queued when the run is ended and read back, so the run shows fewer spans than LM calls.
+            import mlflow
+
+            mlflow.flush_trace_async_logging()
 
     # ------------------------------------------------------------------ end
     def finish(self, summary: dict[str, Any], program: dict[str, Any] | None = None,
