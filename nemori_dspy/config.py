@@ -39,7 +39,7 @@ STAGES = (
 #: Output caps per stage (tokens). Small models otherwise ramble until ``max_tokens``; a cap bounds
 #: the cost of a bad reply. Override per stage with ``stage_lms={"narrate": {"max_tokens": 600}}``.
 DEFAULT_STAGE_MAX_TOKENS = {
-    "partition": 200, "narrate": 320, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
+    "partition": 200, "narrate": 256, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
     "consolidate": 160, "direct_distill": 320, "summarize": 600, "answer": 64, "judge": 96,
     "narrate_batch": 1200, "consolidate_batch": 600,
 }

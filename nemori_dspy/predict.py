@@ -4,9 +4,9 @@ It sets the stage for the usage ledger, applies the stage's ``max_tokens``, and 
 does not parse (or a provider error that survived litellm's own retries) re-asks with DSPy's
 response cache bypassed and a nonzero temperature — at temperature 0 a cached bad reply would
 come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; callers park the work.
-A reply cut off by its token cap (finish_reason ``"length"``) is never used: it is asked again once with
-twice the cap (an extra attempt), then counts as a failed attempt. The exception are list stages
-(``TRUNCATED_LIST_STAGES``): a cut list keeps its complete items at once, without a re-ask. Other errors (``TypeError`` ...) are
+A reply cut off by its token cap (finish_reason ``"length"``) of an answer or a structured stage is never used:
+it is asked again once with twice the cap (an extra attempt), then counts as a failed attempt. A prose or list
+stage (``SALVAGE_TRUNCATED_STAGES``) keeps a cut reply that parses at once (a list without its last item). Other errors (``TypeError`` ...) are
 programming errors and propagate unretried.
 """
 
@@ -44,7 +44,7 @@ class _TruncationNote(logging.Filter):
             name, cap = current_stage(), _CAP.get()
             tally(f"truncated.{name}")
             note_truncation("log")
-            fate = ("its complete items are kept, without a re-ask" if name in TRUNCATED_LIST_STAGES else
+            fate = ("what parsed is kept, without a re-ask" if name in SALVAGE_TRUNCATED_STAGES else
                     "it is not used: asked again once with twice the cap, else retried or parked")
             record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); {fate}. To raise the "
                           f"cap: NEMORI_STAGE_LMS='{{\"{name}\": {{\"max_tokens\": N}}}}'")
@@ -68,16 +68,15 @@ class TruncatedReplyError(ValueError):
         super().__init__(f"stage {stage!r}: the reply was cut off at max_tokens={cap}")
 
 
-#: stages whose output is prose: when every attempt is cut by its cap, the last reply that still parsed is kept
-#: (counted as ``truncated_accepted.<stage>`` and logged) instead of parking the work — a narrative cut after its
-#: fifth sentence is worth more than a window of messages left out of memory. Answers and structured outputs
-#: (partition, select, consolidate, judge) are never accepted cut.
+#: stages whose output is prose or a list of independent items: a reply cut by its cap that still parses is kept
+#: at once, without a re-ask (counted as ``truncated_accepted.<stage>``) — a narrative cut after its fifth sentence
+#: is worth more than a window of messages left out of memory, and a small model that runs into the cap is
+#: rambling or looping (asking again at twice the cap bought more of the same at ~1,500 tokens a call, twice
+#: with DSPy's JSON fallback). Answers and structured outputs (partition, select, consolidate, judge) are never
+#: accepted cut: they are asked again once with twice the cap.
 SALVAGE_TRUNCATED_STAGES = frozenset({"narrate", "integrate", "anticipate", "distill", "direct_distill"})
 
-#: stages whose output is a list of independent items (insights): a reply cut by its cap that still parses is
-#: kept at once without its last item (the one the cap may have cut), counted as ``truncated_list_kept.<stage>``.
-#: A small model runs into the cap by copying the episode line after line, so asking again with twice the cap
-#: (two more calls with DSPy's JSON fallback) buys more of the same copies at ~1,500 tokens a call.
+#: the list stages among them: a cut list also loses its last item, the one the cap may have cut.
 TRUNCATED_LIST_STAGES = frozenset({"distill", "direct_distill"})
 
 
@@ -222,10 +221,17 @@ class StagePredict(dspy.Module):
             recorder.record(self.stage_name, inputs, dict(pred.items()))
         return pred
 
+    def _keep_cut(self, pred: dspy.Prediction, cap: int | None) -> dspy.Prediction:
+        """A cut reply of a ``SALVAGE_TRUNCATED_STAGES`` stage, kept (``truncated_accepted.<stage>``, logged); a list
+        stage's lists lose their last item, the one the cap may have cut (``TRUNCATED_LIST_STAGES``)."""
+        tally(f"truncated_accepted.{self.stage_name}")
+        log.info("stage %s: the reply hit its cap (max_tokens=%s); keeping what parsed (truncated_accepted.%s)",
+                 self.stage_name, cap, self.stage_name)
+        return _without_last_items(pred) if self.stage_name in TRUNCATED_LIST_STAGES else pred
+
     def _attempts(self, inputs: dict[str, Any]) -> dspy.Prediction:
         """Up to ``parse_retries + 1`` calls; a truncated reply gets one more call at twice the cap."""
         last: Exception | None = None
-        salvage: dspy.Prediction | None = None
         cap, widened, reroll, n, budget = self.max_tokens, False, 0, 0, self.parse_retries + 1
         with stage(self.stage_name):
             while n < budget:
@@ -235,9 +241,8 @@ class StagePredict(dspy.Module):
                 try:
                     return self._once(inputs, reroll, cap)
                 except TruncatedReplyError as exc:
-                    if exc.pred is not None and self.stage_name in TRUNCATED_LIST_STAGES:
-                        tally(f"truncated_list_kept.{self.stage_name}")
-                        return self._record(inputs, _without_last_items(exc.pred))
+                    if exc.pred is not None and self.stage_name in SALVAGE_TRUNCATED_STAGES:
+                        return self._record(inputs, self._keep_cut(exc.pred, cap))
                     salvage = exc.pred if exc.pred is not None else salvage
                     last, wider = exc, (None if widened else self._wider(cap))
                     if wider is not None:  # the same request with room to finish; its cache key differs
@@ -249,11 +254,6 @@ class StagePredict(dspy.Module):
                     last, reroll = exc, reroll + 1
                 log.warning("stage %s attempt %d failed: %s", self.stage_name, n + 1, str(last)[:300])
                 n += 1
-        if salvage is not None and self.stage_name in SALVAGE_TRUNCATED_STAGES:
-            tally(f"truncated_accepted.{self.stage_name}")
-            log.warning("stage %s: every reply hit its cap (max_tokens=%s); keeping the last one that parsed, marked "
-                        "as truncated_accepted.%s", self.stage_name, cap, self.stage_name)
-            return self._record(inputs, salvage)
         tally("failed_stage_calls")
         raise LLMError(f"stage {self.stage_name!r} failed after {n} attempt(s): "
                        f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last
