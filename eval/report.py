@@ -15,6 +15,7 @@ un-prefixed ``<metric>.<category>`` metrics are shown under the child's run name
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nemori_dspy.errors import ConfigError
@@ -23,12 +24,16 @@ from nemori_dspy.eval.longmemeval import QUESTION_TYPES
 from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.metrics import cost_table, format_table
 
-__all__ = ["report", "compare", "parse_metrics", "audit_metrics"]
+__all__ = ["report", "compare", "parse_metrics", "audit_metrics", "scores_from_answers", "ROW_METRICS"]
 
 #: row order: LoCoMo categories, LongMemEval question types and abstention, overall, LongMemEval's task average.
 CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), *QUESTION_TYPES, "abstention", "overall", "task-averaged"]
 _NON_SYSTEM = {"cost", "counter", "n", "judge_audit"}
 _PARENT_TAG = "mlflow.parentRunId"
+
+#: metric columns of an answer row that ``scores_from_answers`` averages (as the eval's tables do).
+ROW_METRICS = ["judge", "judge_strict", "f1", "bleu1", "f1_locomo", "recall_at_1", "recall_at_2", "recall_at_5",
+               "recall_at_10"]
 
 Scores = dict[str, dict[tuple[str, str], float]]
 """``{system: {(metric, category): value}}``; metric ``"n"`` holds question counts."""
@@ -143,6 +148,44 @@ def _run_scores(run: Any) -> tuple[Scores, dict[str, dict[str, float]]]:
     return scores, cost
 
 
+def _answer_rows(client: Any, run: Any) -> list[dict[str, Any]]:
+    """The rows of the run's live ``answers.json`` table (``eval.tracking``), [] when it has none."""
+    import json as _json
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client.download_artifacts(run.info.run_id, "answers.json", tmp)
+            table = _json.loads(Path(path).read_text())
+    except (MlflowException, OSError, ValueError):
+        return []
+    cols = table.get("columns") or []
+    return [dict(zip(cols, row)) for row in table.get("data") or []]
+
+
+def scores_from_answers(rows: list[dict[str, Any]]) -> Scores:
+    """Scores of answer rows (``results.jsonl`` / ``answers.json`` rows: ``system``, ``category_name`` and metric
+    columns): per system the mean of every numeric metric per category and ``overall``, with ``n`` counts."""
+    metrics = [m for m in ROW_METRICS if any(isinstance(r.get(m), (int, float)) for r in rows)]
+    out: Scores = {}
+    for row in rows:
+        cells = out.setdefault(str(row.get("system", "nemori")), {})
+        for cat in (str(row.get("category_name")), "overall"):
+            cells[("n", cat)] = cells.get(("n", cat), 0) + 1
+            for m in metrics:
+                v = row.get(m)
+                if isinstance(v, (int, float)):
+                    cells[("_sum." + m, cat)] = cells.get(("_sum." + m, cat), 0.0) + float(v)
+                    cells[("_cnt." + m, cat)] = cells.get(("_cnt." + m, cat), 0) + 1
+    for cells in out.values():
+        for (key, cat) in [k for k in cells if k[0].startswith("_sum.")]:
+            m = key[5:]
+            cells[(m, cat)] = cells.pop((key, cat)) / cells.pop(("_cnt." + m, cat))
+    return out
+
+
 def _score_table(scores: Scores) -> str:
     """Rows (metric, category), one column per system; cells ``mean×100 (n=count)``."""
     systems = list(scores)
@@ -181,8 +224,12 @@ def report(tracking_uri: str, run_id: str | None = None, experiment: str = "nemo
     scores, cost = _run_scores(run)
     for child in _children(client, run):
         _merge(scores, _run_scores(child)[0], child.info.run_name or child.info.run_id)
+    heading = "## Scores (×100)"
+    if not scores:  # a run that did not finish (FAILED, KILLED, RUNNING) logged its answers, not its scores
+        scores = scores_from_answers(_answer_rows(client, run))
+        heading = "## Scores (×100) of the answers logged so far (answers.json; the run logged no score metrics)"
     parts = [f"run {run.info.run_name or run.info.run_id} ({run.info.run_id}, {run.info.status})", "",
-             "## Scores (×100)", _score_table(scores) if scores else "(no score metrics)"]
+             heading, _score_table(scores) if scores else "(no score metrics and no answers logged)"]
     audit = audit_metrics(run.data.metrics)
     if audit:
         parts += ["", "## Judge audit (calibration set, ×100)", audit_table(audit)]

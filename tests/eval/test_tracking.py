@@ -141,6 +141,12 @@ def test_killed_run_ends_killed_and_resume_finishes_the_same_run(tmp_path, monke
     client, run_id = _client(tmp_path), _parent(tmp_path)
     assert client.get_run(run_id).info.status == "KILLED"
     assert len(_rows(run_id)) == 2
+    # its report shows the scores of the answers it logged (it logged no score metrics)
+    from nemori_dspy.eval.report import report
+
+    text = report(mlflow.get_tracking_uri(), run_id)
+    assert "KILLED" in text and "answers logged so far" in text and "(no score metrics" not in text
+    assert any(line.startswith("f1") and "overall" in line and "(n=2)" in line for line in text.splitlines())
     # kill -9: no handler ran, the run is RUNNING and its process is gone → the next start marks it KILLED
     client.update_run(run_id, status="RUNNING")
     client.set_tag(run_id, "nemori.pid", str(_dead_pid()))
