@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.lexical_fusion import recall_table
 from benchmarks.store_search import build, measure
 
@@ -24,3 +26,23 @@ def test_lexical_fusion_benchmark_gives_a_recall_per_weight():
     assert r["questions"] > 0 and r["turns"] > 0
     assert set(r["weights"]) == {0.0, 0.3}
     assert all(0.0 <= v <= 1.0 for rec in r["weights"].values() for v in rec.values())
+
+
+def _has_onnx_minilm() -> bool:
+    from nemori_dspy.embedders import find_minilm_dir, find_minilm_onnx_dir
+
+    d = find_minilm_dir(None)
+    return d is not None and find_minilm_onnx_dir(d) is not None
+
+
+@pytest.mark.skipif(not _has_onnx_minilm(), reason="model download: local all-MiniLM-L6-v2 with its onnx/ folder "
+                    "(.ci/setup writes both)")
+def test_end_to_end_search_embeds_the_question_and_searches(tmp_path):
+    from benchmarks.store_search import measure_end_to_end, questions
+
+    path = tmp_path / "bench.db"
+    build(path, 50, 384)
+    r = measure_end_to_end(path, 5)
+    assert "OnnxMiniLMEmbedder" in r["embedder"] and r["lexical_weight"] == 0.3
+    assert r["end_to_end_p50_ms"] > 0 and r["embed_p50_ms"] > 0
+    assert len(set(questions(6))) == 6 and all(q.endswith("?") for q in questions(6))
