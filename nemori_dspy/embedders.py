@@ -272,7 +272,7 @@ class OnnxMiniLMEmbedder:
         import json
 
         self.max_seq_length = int(json.loads((folder / "tokenizer_config.json").read_text())["model_max_length"])
-        self._folder, self._one = folder, None
+        self._folder, self._one, self._threads = folder, None, threads
         self.source = str(folder)
         self.name = MINILM_NAME
         self.dim = 384
@@ -299,16 +299,18 @@ class OnnxMiniLMEmbedder:
         return np.asarray(vecs, dtype=np.float32)
 
     def _single(self, text: str) -> np.ndarray:
-        """One text through the same ``model.onnx`` with ONNX Runtime directly (one intra-op thread: for a
-        ~15-token query, faster than splitting it over cores): tokenize, run, mean-pool over the attention mask,
-        L2-normalise — what fastembed does for this model, without its batching machinery (``benchmarks.
-        query_embedding`` prints both; the vectors agree to cosine > 0.9999, ``tests/test_embedders.py``)."""
+        """One text through the same ``model.onnx`` with ONNX Runtime directly (``threads`` intra-op threads, the
+        machine's cores by default): tokenize, run, mean-pool over the attention mask, L2-normalise — what
+        fastembed does for this model, without its batching machinery. Measured on 2 cores: p50 2.13 vs 2.17 ms
+        through fastembed on a quiet machine (``benchmarks.query_embedding``), 12 vs 24 ms in a run with both cores
+        busy with a llama.cpp server; the vectors agree to cosine > 0.9999 (``tests/test_embedders.py``)."""
         if self._one is None:
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
             opts = ort.SessionOptions()
-            opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
+            if self._threads:
+                opts.intra_op_num_threads = self._threads
             session = ort.InferenceSession(str(self._folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
             tok = Tokenizer.from_file(str(self._folder / "tokenizer.json"))
             tok.no_padding()
