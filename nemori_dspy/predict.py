@@ -243,7 +243,6 @@ class StagePredict(dspy.Module):
                 except TruncatedReplyError as exc:
                     if exc.pred is not None and self.stage_name in SALVAGE_TRUNCATED_STAGES:
                         return self._record(inputs, self._keep_cut(exc.pred, cap))
-                    salvage = exc.pred if exc.pred is not None else salvage
                     last, wider = exc, (None if widened else self._wider(cap))
                     if wider is not None:  # the same request with room to finish; its cache key differs
                         widened, cap, budget = True, wider, max(budget, n + 2)

@@ -240,3 +240,21 @@ def test_only_insight_lists_lose_their_last_item_when_cut():
     from nemori_dspy.predict import SALVAGE_TRUNCATED_STAGES, TRUNCATED_LIST_STAGES
 
     assert TRUNCATED_LIST_STAGES == {"distill", "direct_distill"} and TRUNCATED_LIST_STAGES <= SALVAGE_TRUNCATED_STAGES
+
+
+def test_a_cut_reply_with_nothing_to_keep_is_asked_again_at_twice_the_cap(ledger):
+    cut = "[[ ## cue ## ]]\n{cue}\n\n[[ ## narrative ## ]]\n{narrative}"  # cut and the schema echoed: nothing to keep
+    lm = _lm_with([cut, GOOD], cache=False)
+    lengths = iter(["length", "stop"])
+    narrate = lm.responders["NarrateEpisode"]
+
+    def reply(inputs):
+        lm.finish_reason = next(lengths, "stop")
+        return narrate(inputs)
+
+    lm.responders["NarrateEpisode"] = reply
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = StagePredict(NarrateEpisode, "narrate", max_tokens=320)(messages="[2023-05-08 13:56] Caroline: hi")
+    assert pred.narrative == "Caroline went to a support group."
+    assert "truncated_accepted.narrate" not in ledger.counters and ledger.counters["truncation_retries.narrate"] == 1
+    assert [h["kwargs"].get("max_tokens") for h in lm.history][-1] == 640
