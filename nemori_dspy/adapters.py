@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import Any, get_args, get_origin
+from typing import Any, Callable, get_args, get_origin
 
 import dspy
 import json_repair
@@ -42,15 +42,15 @@ def is_empty_reply(text: str) -> bool:
     return _WRAPPING.sub("", text.strip()).strip().lower() in _EMPTY_WORDS
 
 
-def _flat_list_fields(signature: type[dspy.Signature]) -> set[str]:
-    """Output fields annotated ``list[str]`` or ``list[int]``."""
+def _flat_list_fields(signature: type[dspy.Signature], items: tuple[type, ...] = (str, int)) -> set[str]:
+    """Output fields annotated ``list[T]`` for a ``T`` in ``items`` (default ``list[str]`` or ``list[int]``)."""
     return {name for name, f in signature.output_fields.items()
-            if get_origin(f.annotation) is list and get_args(f.annotation) in ((str,), (int,))}
+            if get_origin(f.annotation) is list and len(get_args(f.annotation)) == 1 and get_args(f.annotation)[0] in items}
 
 
-def _empty_chat_sections(signature: type[dspy.Signature], completion: str) -> str | None:
-    """``completion`` with each empty-like flat-list section replaced by ``[]``; None if none was."""
-    lists, out, changed = _flat_list_fields(signature), [], False
+def _sections(completion: str) -> list[tuple[str | None, list[str]]]:
+    """A ChatAdapter reply split at its ``[[ ## name ## ]]`` headers: (field name, its lines); the text before the
+    first header comes first, named None; a value on the header's own line is the section's first line."""
     blocks: list[tuple[str | None, list[str]]] = [(None, [])]
     for line in completion.splitlines():
         m = field_header_pattern.match(line.strip())
@@ -59,13 +59,31 @@ def _empty_chat_sections(signature: type[dspy.Signature], completion: str) -> st
             blocks.append((m.group(1), [rest] if rest else []))
         else:
             blocks[-1][1].append(line)
-    for name, lines in blocks:
+    return blocks
+
+
+def _rewrite_sections(completion: str, rewrite: Callable[[str | None, list[str]], list[str] | None]) -> str | None:
+    """``completion`` with each section's lines replaced by ``rewrite(name, lines)`` where that is not None; None
+    when no section was rewritten."""
+    out, changed = [], False
+    for name, lines in _sections(completion):
         if name is not None:
             out.append(f"[[ ## {name} ## ]]")
-        if name in lists and is_empty_reply("\n".join(lines)) and "\n".join(lines).strip() != "[]":
-            lines, changed = ["[]"], True
-        out.extend(lines)
+        new = rewrite(name, lines)
+        changed |= new is not None
+        out.extend(lines if new is None else new)
     return "\n".join(out) if changed else None
+
+
+def _empty_chat_sections(signature: type[dspy.Signature], completion: str) -> str | None:
+    """``completion`` with each empty-like flat-list section replaced by ``[]``; None if none was."""
+    lists = _flat_list_fields(signature)
+
+    def empty(name: str | None, lines: list[str]) -> list[str] | None:
+        text = "\n".join(lines)
+        return ["[]"] if name in lists and is_empty_reply(text) and text.strip() != "[]" else None
+
+    return _rewrite_sections(completion, empty)
 
 
 _ITEM_LINE = re.compile(r"^\s*(?:\[(?P<bracketed>.*?)\]?|(?:[-*•]|\d+[.)])\s+(?P<bulleted>.*))\s*$")
@@ -90,30 +108,13 @@ def _line_items(text: str) -> list[str] | None:
 def _line_item_sections(signature: type[dspy.Signature], completion: str) -> str | None:
     """``completion`` with each ``list[str]`` section written one item per line replaced by its JSON list; None if
     no section was."""
-    strings = {n for n, f in signature.output_fields.items() if get_args(f.annotation) == (str,)
-               and get_origin(f.annotation) is list}
-    out, changed, name, body = [], False, None, []
+    strings = _flat_list_fields(signature, (str,))
 
-    def close() -> None:
-        nonlocal changed
-        items = _line_items("\n".join(body)) if name in strings else None
-        if items is not None:
-            out.append(json.dumps(items, ensure_ascii=False))
-            changed = True
-        else:
-            out.extend(body)
+    def as_json(name: str | None, lines: list[str]) -> list[str] | None:
+        items = _line_items("\n".join(lines)) if name in strings else None
+        return None if items is None else [json.dumps(items, ensure_ascii=False)]
 
-    for line in completion.splitlines():
-        m = field_header_pattern.match(line.strip())
-        if m:
-            close()
-            name, rest = m.group(1), line.strip()[m.end():].strip()
-            out.append(f"[[ ## {name} ## ]]")
-            body = [rest] if rest else []
-        else:
-            body.append(line)
-    close()
-    return "\n".join(out) if changed else None
+    return _rewrite_sections(completion, as_json)
 
 
 class _FastFormat:
