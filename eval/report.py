@@ -167,22 +167,19 @@ def _answer_rows(client: Any, run: Any) -> list[dict[str, Any]]:
 
 def scores_from_answers(rows: list[dict[str, Any]]) -> Scores:
     """Scores of answer rows (``results.jsonl`` / ``answers.json`` rows: ``system``, ``category_name`` and metric
-    columns): per system the mean of every numeric metric per category and ``overall``, with ``n`` counts."""
-    metrics = [m for m in ROW_METRICS if any(isinstance(r.get(m), (int, float)) for r in rows)]
+    columns): per system the mean of every numeric metric per category and ``overall`` (``eval.metrics.
+    category_scores``, grouped by the rows' own ``category_name``), with ``n`` counts."""
+    from nemori_dspy.eval.metrics import category_scores
+
+    names = list(dict.fromkeys(str(r.get("category_name")) for r in rows))
+    groups = [(name, lambda r, name=name: str(r.get("category_name")) == name) for name in names]
     out: Scores = {}
-    for row in rows:
-        cells = out.setdefault(str(row.get("system", "nemori")), {})
-        for cat in (str(row.get("category_name")), "overall"):
-            cells[("n", cat)] = cells.get(("n", cat), 0) + 1
-            for m in metrics:
-                v = row.get(m)
-                if isinstance(v, (int, float)):
-                    cells[("_sum." + m, cat)] = cells.get(("_sum." + m, cat), 0.0) + float(v)
-                    cells[("_cnt." + m, cat)] = cells.get(("_cnt." + m, cat), 0) + 1
-    for cells in out.values():
-        for (key, cat) in [k for k in cells if k[0].startswith("_sum.")]:
-            m = key[5:]
-            cells[(m, cat)] = cells.pop((key, cat)) / cells.pop(("_cnt." + m, cat))
+    for m in (m for m in ROW_METRICS if any(isinstance(r.get(m), (int, float)) for r in rows)):
+        for system, cells in category_scores(rows, m, groups=groups).items():
+            mine = out.setdefault(system, {})
+            for cat, (mean, _, _, n) in cells.items():
+                if n:  # n: the rows of the category (F1 is in every row), so the largest count over the metrics
+                    mine[(m, cat)], mine[("n", cat)] = mean, max(n, mine.get(("n", cat), 0))
     return out
 
 
