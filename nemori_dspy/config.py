@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInf
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PARTITION_MIN_MESSAGES", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
+           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -39,7 +39,7 @@ STAGES = (
 #: Output caps per stage (tokens). Small models otherwise ramble until ``max_tokens``; a cap bounds
 #: the cost of a bad reply. Override per stage with ``stage_lms={"narrate": {"max_tokens": 600}}``.
 DEFAULT_STAGE_MAX_TOKENS = {
-    "partition": 200, "narrate": 256, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
+    "partition": 320, "narrate": 256, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
     "consolidate": 160, "direct_distill": 320, "summarize": 600, "answer": 64, "judge": 96,
     "narrate_batch": 1200, "consolidate_batch": 600,
 }
@@ -69,7 +69,17 @@ PAPER_FAITHFUL: dict[str, Any] = {
     "partition_message_chars": None, "anticipate_without_facts": True, "consolidate_within_episode": True,
     # our guards with a paper value too: no similarity floor before P_con (top K_m whatever their cosine), τ = 0.70
     "consolidation_min_similarity": None, "evoke_threshold": 0.70,
+    # every message carries its own timestamp in the paper's prompts (Appendix D)
+    "message_timestamps": "per_message",
+    # fixed windows of w = 20 messages (§3.2.1, §4.1)
+    "window_size": 20, "hold_open_segment": False,
 }
+
+#: Default w (``window_size``). The paper uses 20 and reports the score flat for w from 5 to 40 (Table 11). With
+#: ``hold_open_segment`` a window ends at a time gap, so w only bounds one conversation's run: at 20 a LoCoMo
+#: session (22 turns on average in sessions 1-3) was still cut in two, and each cut cost a P_par call and a
+#: P_sel + P_int merge; at 40 the 15 sessions of the benchmark slice form 15 segments (23 at w = 20).
+WINDOW_SIZE = 40
 
 
 #: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders not measured here.
@@ -151,7 +161,13 @@ class NemoriSettings(BaseSettings):
                                      "locomo10.json is downloaded into cache_dir)")
 
     # --- method knobs (§4.1, Appendix C)
-    window_size: int = Field(default=20, ge=1, description="w: buffer size that triggers episode formation (§3.2.1)")
+    window_size: int = Field(default=WINDOW_SIZE, ge=1, description="w: buffer size that triggers episode formation "
+                             "(§3.2.1; the paper's 20, see WINDOW_SIZE)")
+    hold_open_segment: bool = Field(
+        default=True, description="our addition: a full window that holds a time gap (episode_split_gap_hours) "
+        "forms episodes only up to its last gap; the messages after it stay buffered for the next window, since the "
+        "conversation they belong to may go on, so no conversation is cut at the window's edge (a flush forms "
+        "them). False = the paper's fixed windows of w messages (§3.2.1)")
     episode_split_gap_hours: float | None = Field(
         default=6.0, ge=0, description="our addition: a window is cut where consecutive messages are more than this "
         "many hours apart before P_par sees it (one episode never spans separate conversations); None = off")
@@ -229,6 +245,11 @@ class NemoriSettings(BaseSettings):
         default=False, description="embedded llama.cpp server: keep a RAM cache of prompt states (--cache) so "
         "a stage's instruction + demos prefix is reused across interleaved stages, not only from the previous "
         "call (llama-cpp-python always reuses the prefix shared with the previous prompt)")
+    message_timestamps: Literal["per_message", "on_change"] = Field(
+        default="on_change", description="how prompts date messages: '[YYYY-MM-DD HH:MM]' on every message (the "
+        "paper's layout) or 'on_change': the stamp on a line of its own, shown again only where it changes. LoCoMo "
+        "dates a whole session with one time, so a 20-message window repeated one stamp 20 times, ~18 tokens each "
+        "(38% of P_par's messages); every message is still dated by the stamp above it")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")

@@ -13,7 +13,7 @@ from .types import Episode, SearchResult, SemanticEntry, StoredMessage
 __all__ = ["MIN_MESSAGE_CHARS", "render_messages", "render_numbered_messages", "render_episode", "render_candidates",
            "render_entries", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
            "per_message_chars", "render_groups", "render_insight_candidates", "render_cue", "fit_context",
-           "count_tokens", "CONTEXT_HEADERS"]
+           "count_tokens", "CONTEXT_HEADERS", "TIMESTAMP_LAYOUTS"]
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -37,9 +37,44 @@ def per_message_chars(n: int, max_chars: int, budget: int | None) -> int:
     return max(MIN_MESSAGE_CHARS, min(max_chars, budget // n))
 
 
+#: how messages show their timestamps (``message_timestamps``): "per_message" puts ``[YYYY-MM-DD HH:MM]`` on every
+#: line (the paper's layout); "on_change" puts it on a line of its own before the first message and again only
+#: where it changes, so a run of messages sent at one time shares one stamp (LoCoMo dates whole sessions).
+TIMESTAMP_LAYOUTS = ("per_message", "on_change")
+
+
+def _stamp(m: StoredMessage) -> str:
+    return f"[{m.timestamp:%Y-%m-%d %H:%M}]"
+
+
+def _dated_lines(messages: Sequence[StoredMessage], body: Callable[[StoredMessage], str], timestamps: str,
+                 numbered: bool = False) -> str:
+    """One ``speaker: body(m)`` line per message (``n. `` first when ``numbered``, n from 1), dated as
+    ``timestamps`` says (``TIMESTAMP_LAYOUTS``).
+
+    Raises:
+        ValueError: ``timestamps`` is not one of ``TIMESTAMP_LAYOUTS``.
+    """
+    if timestamps not in TIMESTAMP_LAYOUTS:
+        raise ValueError(f"timestamps={timestamps!r}. Fix: use one of {', '.join(TIMESTAMP_LAYOUTS)}.")
+    out: list[str] = []
+    last = None
+    for i, m in enumerate(messages, 1):
+        num, stamp, text = f"{i}. " if numbered else "", _stamp(m), f"{m.speaker}: {body(m)}"
+        if timestamps == "per_message":
+            out.append(f"{num}{stamp} {text}")
+            continue
+        if stamp != last:
+            out.append(stamp)
+            last = stamp
+        out.append(num + text)
+    return "\n".join(out)
+
+
 def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000, budget: int | None = None,
-                    resolve_dates: bool = False) -> str:
-    """One line per message: ``[YYYY-MM-DD HH:MM] speaker: content``; each content clipped so that a
+                    resolve_dates: bool = False, timestamps: str = "per_message") -> str:
+    """One line per message: ``[YYYY-MM-DD HH:MM] speaker: content`` (``timestamps="on_change"``: ``speaker:
+    content`` under a ``[YYYY-MM-DD HH:MM]`` line shown where the time changes); each content clipped so that a
     message has at most ``max_chars`` and all of them together about ``budget`` characters. With
     ``resolve_dates``, relative expressions get their absolute date appended (``temporal.py``)."""
     cap = per_message_chars(len(messages), max_chars, budget)
@@ -48,15 +83,15 @@ def render_messages(messages: Sequence[StoredMessage], max_chars: int = 4000, bu
         text = clip(m.content, cap)
         return annotate_relative_dates(text, m.timestamp) if resolve_dates else text
 
-    return "\n".join(f"[{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {content(m)}" for m in messages)
+    return _dated_lines(messages, content, timestamps)
 
 
 def render_numbered_messages(messages: Sequence[StoredMessage], max_chars: int = 4000,
-                             budget: int | None = None) -> str:
-    """Like ``render_messages`` with 1-based numbers: ``3. [2023-05-08 13:56] Caroline: ...``."""
+                             budget: int | None = None, timestamps: str = "per_message") -> str:
+    """Like ``render_messages`` with 1-based numbers: ``3. [2023-05-08 13:56] Caroline: ...`` (``on_change``:
+    ``3. Caroline: ...`` under its time line)."""
     cap = per_message_chars(len(messages), max_chars, budget)
-    return "\n".join(f"{i}. [{m.timestamp:%Y-%m-%d %H:%M}] {m.speaker}: {clip(m.content, cap)}"
-                     for i, m in enumerate(messages, 1))
+    return _dated_lines(messages, lambda m: clip(m.content, cap), timestamps, numbered=True)
 
 
 def date_span(start: datetime, end: datetime) -> str:
@@ -91,13 +126,13 @@ def render_candidates(eps: Sequence[Episode], cues_only: bool = False) -> str:
 
 
 def render_groups(groups: Sequence[Sequence[StoredMessage]], max_chars: int = 4000, budget: int | None = None,
-                  resolve_dates: bool = False) -> str:
+                  resolve_dates: bool = False, timestamps: str = "per_message") -> str:
     """``Group g:`` (g from 1) followed by that group's ``render_messages`` lines; ``budget`` characters are
     shared among the groups in proportion to their message counts."""
     total = sum(len(g) for g in groups) or 1
     return "\n".join(
         f"Group {g}:\n" + render_messages(msgs, max_chars, None if budget is None else budget * len(msgs) // total,
-                                          resolve_dates)
+                                          resolve_dates, timestamps)
         for g, msgs in enumerate(groups, 1))
 
 
@@ -135,10 +170,11 @@ def count_tokens(text: str) -> int:
 
 
 def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, budget: int | None = None,
-                   resolve_dates: bool = False, raw_ids: Collection[str] | None = None) -> str:
+                   resolve_dates: bool = False, raw_ids: Collection[str] | None = None,
+                   timestamps: str = "per_message") -> str:
     """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts,
     clipped to ``budget`` characters in all. Returns "" when nothing was retrieved. ``resolve_dates`` as
-    in ``render_messages``. Facts keep their similarity order, each with its event date span
+    in ``render_messages``, ``timestamps`` too. Facts keep their similarity order, each with its event date span
     (``render_fact``), so "prefer the most recent" compares when things happened, not when they were stored.
     ``raw_ids`` (from ``fit_context``) limits raw messages to those of the top-r episodes among these ids.
     """
@@ -151,7 +187,7 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, 
     if raw:
         parts.append(CONTEXT_HEADERS[1])
         for ep in raw:
-            parts.append(render_messages(ep.messages, max_chars, resolve_dates=resolve_dates))
+            parts.append(render_messages(ep.messages, max_chars, resolve_dates=resolve_dates, timestamps=timestamps))
     if result.semantic:
         parts.append(CONTEXT_HEADERS[2])
         parts += [f"- {render_fact(s.entry)}" for s in result.semantic]
@@ -175,16 +211,18 @@ def _ranked_items(result: SearchResult, raw_top_r: int) -> list[tuple[str, int]]
     return items
 
 
-def _item_text(result: SearchResult, kind: str, i: int, max_chars: int, resolve_dates: bool) -> str:
+def _item_text(result: SearchResult, kind: str, i: int, max_chars: int, resolve_dates: bool, timestamps: str) -> str:
     if kind == "raw":
-        return render_messages(result.episodes[i].episode.messages, max_chars, resolve_dates=resolve_dates)
+        return render_messages(result.episodes[i].episode.messages, max_chars, resolve_dates=resolve_dates,
+                               timestamps=timestamps)
     if kind == "episode":
         return f"- {render_episode(result.episodes[i].episode)}"
     return f"- {render_fact(result.semantic[i].entry)}"
 
 
 def fit_context(result: SearchResult, raw_top_r: int, max_tokens: int, count: Callable[[str], int] = count_tokens,
-                max_chars: int = 4000, resolve_dates: bool = False) -> tuple[SearchResult, set[str]]:
+                max_chars: int = 4000, resolve_dates: bool = False,
+                timestamps: str = "per_message") -> tuple[SearchResult, set[str]]:
     """The retrieved items that fit an answer context of ``max_tokens`` tokens (``answer_context_tokens``).
 
     Items are admitted in ``_ranked_items`` order while they fit (one that does not is skipped and smaller
@@ -199,13 +237,14 @@ def fit_context(result: SearchResult, raw_top_r: int, max_tokens: int, count: Ca
     for kind, i in _ranked_items(result, raw_top_r):
         if kind == "raw" and ("episode", i) not in admitted:
             continue
-        cost = count(_item_text(result, kind, i, max_chars, resolve_dates)) + 1
+        cost = count(_item_text(result, kind, i, max_chars, resolve_dates, timestamps)) + 1
         if used + cost <= max_tokens:
             admitted.append((kind, i))
             used += cost
     while True:
         kept, raw_ids = _kept(result, admitted)
-        if not admitted or count(render_context(kept, raw_top_r, max_chars, None, resolve_dates, raw_ids)) <= max_tokens:
+        if not admitted or count(render_context(kept, raw_top_r, max_chars, None, resolve_dates, raw_ids,
+                                                        timestamps)) <= max_tokens:
             return kept, raw_ids
         admitted.pop()
 

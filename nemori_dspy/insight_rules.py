@@ -29,12 +29,13 @@ __all__ = ["COPY_RATIO", "not_a_fact", "is_question", "is_chat_line", "is_verbat
 COPY_RATIO = 0.85
 
 _WORDS = re.compile(r"[\w']+")
-_LINE = re.compile(r"^\s*(?:\d+\.\s*)?\[[^\]]*\]\s*([^:]{1,80}):\s?(.*)$")
+_LINE = re.compile(r"^\s*(?:\d+\.\s*)?(?:\[[^\]]*\]\s*)?([^:\[\]]{1,80}):\s?(.*)$")
 
 
 def message_lines(rendered: str) -> list[tuple[str, str]]:
-    """(speaker, content) of each ``[YYYY-MM-DD HH:MM] speaker: text`` line of ``rendered`` (what P_dis was shown,
-    ``formatting.render_messages``); other lines are skipped."""
+    """(speaker, content) of each ``[YYYY-MM-DD HH:MM] speaker: text`` or ``speaker: text`` line of ``rendered``
+    (what P_dis was shown, ``formatting.render_messages`` in either ``message_timestamps`` layout); other lines,
+    such as a time line ``[YYYY-MM-DD HH:MM]`` on its own, are skipped."""
     return [(m.group(1).strip(), m.group(2)) for m in map(_LINE.match, rendered.splitlines()) if m]
 
 
@@ -78,7 +79,8 @@ def is_verbatim_copy(insight: str, messages: list[tuple[str, str]]) -> bool:
 
 def not_a_fact(insight: str, rendered_messages: str | list[tuple[str, str]]) -> str | None:
     """Why ``insight`` is not a fact of the episode whose messages P_dis saw as ``rendered_messages`` (one
-    ``[YYYY-MM-DD HH:MM] speaker: text`` line each, or those lines already split by ``message_lines``):
+    ``[YYYY-MM-DD HH:MM] speaker: text`` or ``speaker: text`` line each, or those lines already split by
+    ``message_lines``):
     ``"question"``, ``"chat_line"``, ``"verbatim_copy"``, or None when it is kept."""
     if is_question(insight):
         return "question"

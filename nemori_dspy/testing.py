@@ -23,6 +23,7 @@ import dspy
 from dspy.lm15 import Message as LMMessage
 from dspy.lm15 import Response, TextPart, Usage
 
+from .insight_rules import message_lines
 from .usage import UsageTrackingMixin
 
 __all__ = [
@@ -192,8 +193,8 @@ def default_responders(groups_of: int = 5) -> dict[str, Responder]:
         return chat_reply(cue=f"Conversation starting {first[:60]}", narrative=" ".join(lines))
 
     def distill(i: dict[str, str]) -> str:  # "<speaker> said: <text>" of the first two lines, as statements
-        msgs = i.get("episode_messages", "").splitlines()
-        return chat_reply(insights=[m.split("] ", 1)[-1].replace(": ", " said: ", 1).rstrip("?") for m in msgs[:2]])
+        msgs = message_lines(i.get("episode_messages", ""))
+        return chat_reply(insights=[f"{who} said: {text}".rstrip("?") for who, text in msgs[:2]])
 
     def narrate_batch(i: dict[str, str]) -> str:  # each group as ``narrate`` would narrate it alone
         groups = re.split(r"^Group \d+:\n", i["message_groups"], flags=re.M)[1:]

@@ -21,7 +21,8 @@ class PartitionMessages(dspy.Signature):
     Return groups of message numbers: every number from 1 to message_count must appear in exactly
     one group, groups are listed in order, and numbers inside a group are ascending."""
 
-    messages: str = dspy.InputField(desc="numbered messages, one per line: '<n>. [YYYY-MM-DD HH:MM] speaker: text'")
+    messages: str = dspy.InputField(desc="numbered messages, one per line '<n>. speaker: text', each dated by the "
+                                  "'[YYYY-MM-DD HH:MM]' on its line or the nearest one above it")
     message_count: int = dspy.InputField(desc="how many messages there are; numbers run 1..message_count")
     groups: list[list[int]] = dspy.OutputField(
         desc="episodes as lists of message numbers, e.g. [[1, 2, 3], [4, 5]]; each number exactly once")
@@ -36,7 +37,8 @@ class NarrateEpisode(dspy.Signature):
     ("yesterday", "last week", "next month") into an absolute date using the message timestamps, e.g.
     a message dated 2021-03-12 saying "yesterday" means 11 March 2021. Do not invent facts."""
 
-    messages: str = dspy.InputField(desc="the episode's messages, one per line: '[YYYY-MM-DD HH:MM] speaker: text'")
+    messages: str = dspy.InputField(desc="the episode's messages, one per line 'speaker: text', each dated by "
+                                  "the '[YYYY-MM-DD HH:MM]' on its line or the nearest one above it")
     cue: str = dspy.OutputField(desc="episodic cue: one-line title with who, what and the absolute date")
     narrative: str = dspy.OutputField(desc="third-person narrative with absolute dates, 2-6 sentences")
 
@@ -61,7 +63,8 @@ class NarrateEpisodes(dspy.Signature):
     invent facts. Return exactly one episode per group, in the order of the groups."""
 
     message_groups: str = dspy.InputField(
-        desc="numbered groups: a 'Group g:' line, then its messages '[YYYY-MM-DD HH:MM] speaker: text'")
+        desc="numbered groups: a 'Group g:' line, then its messages 'speaker: text', each dated by the "
+        "'[YYYY-MM-DD HH:MM]' on its line or the nearest one above it")
     group_count: int = dspy.InputField(desc="how many groups there are; episodes run 1..group_count")
     episodes: list[NarratedEpisode] = dspy.OutputField(desc="one episode (group, cue, narrative) per group, in order")
 

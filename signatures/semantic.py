@@ -69,7 +69,8 @@ class DistillPredictionError(dspy.Signature):
     sentence naming the person, with absolute dates (resolve "yesterday", "last week" from the timestamps).
     Return an empty list if the prediction already covered everything."""
 
-    episode_messages: str = dspy.InputField(desc="the real episode: messages '[YYYY-MM-DD HH:MM] speaker: text'")
+    episode_messages: str = dspy.InputField(desc="the real episode: messages 'speaker: text', each dated by "
+                                           "the '[YYYY-MM-DD HH:MM]' on its line or the nearest one above it")
     predicted_episode: str = dspy.InputField(desc="what memory predicted the episode would contain")
     insights: list[str] = dspy.OutputField(desc="new or corrected facts, one self-contained sentence each")
 
@@ -127,7 +128,8 @@ class DistillDirect(dspy.Signature):
     preferences, plans, possessions, opinions, skills), one self-contained sentence each, naming the
     person, with relative dates resolved from the timestamps."""
 
-    episode_messages: str = dspy.InputField(desc="the episode: messages '[YYYY-MM-DD HH:MM] speaker: text'")
+    episode_messages: str = dspy.InputField(desc="the episode: messages 'speaker: text', each dated by the "
+                                           "'[YYYY-MM-DD HH:MM]' on its line or the nearest one above it")
     insights: list[str] = dspy.OutputField(desc="facts, one self-contained sentence each")
 
 

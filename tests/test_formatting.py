@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from nemori_dspy.formatting import (CONTEXT_HEADERS, MIN_MESSAGE_CHARS, fit_context, per_message_chars,
-                                    render_context, render_groups, render_insight_candidates, render_messages)
+                                    render_context, render_groups, render_insight_candidates, render_messages,
+                                    render_numbered_messages)
 from nemori_dspy.types import Episode, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage
 
 TS = datetime(2023, 5, 8, 13, 0)
@@ -74,3 +77,37 @@ def test_a_crowded_prompt_keeps_the_floor_of_every_message():
                           timestamp=datetime(2023, 5, 7, 13, i)) for i in range(40)]
     lines = render_messages(msgs, max_chars=4000, budget=2000).splitlines()
     assert len(lines) == 40 and all(line.count("x") == MIN_MESSAGE_CHARS for line in lines)
+
+
+def _session(times: list[tuple[int, int]]) -> list[StoredMessage]:
+    return [StoredMessage(user_id="u", id=f"m{i}", seq=i, speaker="AB"[i % 2], content=f"text {i}",
+                          timestamp=datetime(2023, 5, 8, h, mi)) for i, (h, mi) in enumerate(times)]
+
+
+def test_per_message_timestamps_are_the_papers_layout():
+    msgs = _session([(13, 0), (13, 0)])
+    assert render_messages(msgs) == "[2023-05-08 13:00] A: text 0\n[2023-05-08 13:00] B: text 1"
+    assert render_numbered_messages(msgs).splitlines()[1] == "2. [2023-05-08 13:00] B: text 1"
+
+
+def test_on_change_timestamps_date_a_run_of_messages_once_and_again_where_the_time_changes():
+    msgs = _session([(13, 0), (13, 0), (13, 0), (18, 30)])
+    assert render_messages(msgs, timestamps="on_change").splitlines() == [
+        "[2023-05-08 13:00]", "A: text 0", "B: text 1", "A: text 2", "[2023-05-08 18:30]", "B: text 3"]
+    assert render_numbered_messages(msgs, timestamps="on_change").splitlines()[1:4] == [
+        "1. A: text 0", "2. B: text 1", "3. A: text 2"]
+    groups = render_groups([msgs[:2], msgs[2:]], timestamps="on_change").splitlines()
+    assert groups == ["Group 1:", "[2023-05-08 13:00]", "A: text 0", "B: text 1",
+                      "Group 2:", "[2023-05-08 13:00]", "A: text 2", "[2023-05-08 18:30]", "B: text 3"]
+
+
+def test_on_change_timestamps_are_shorter_and_keep_every_message():
+    msgs = _session([(13, 0)] * 20)
+    paper, compact = render_messages(msgs), render_messages(msgs, timestamps="on_change")
+    assert len(compact) < 0.6 * len(paper)
+    assert all(f"text {i}" in compact for i in range(20))
+
+
+def test_an_unknown_timestamp_layout_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="per_message, on_change"):
+        render_messages(_session([(13, 0)]), timestamps="never")

@@ -18,6 +18,12 @@ def test_rendered_lines_give_speaker_and_content():
     assert message_lines("3. [2023-05-08 13:56] Bob: hi\nnot a message") == [("Bob", "hi")]
 
 
+def test_lines_under_a_shared_time_line_are_read_and_the_time_line_skipped():
+    compact = "[2023-05-08 13:56]\nCaroline: I'm keen on counseling.\n2. Melanie: Great: go for it\n[2023-05-08 18:00]"
+    assert message_lines(compact) == [("Caroline", "I'm keen on counseling."), ("Melanie", "Great: go for it")]
+    assert not_a_fact("I'm keen on counseling", compact) == "verbatim_copy"
+
+
 @pytest.mark.parametrize("insight,reason", [
     ("What happened that was so awesome?", "question"),
     ("Did Melanie hear any inspiring stories?\"", "question"),

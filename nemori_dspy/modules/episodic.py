@@ -182,8 +182,9 @@ class EpisodicIntegration(dspy.Module):
         topic changes), else clipped to fit ``max_prompt_chars`` as every prompt is."""
         s = self.res.settings
         if s.partition_message_chars is not None:
-            return render_numbered_messages(messages, min(s.max_message_chars, s.partition_message_chars))
-        return render_numbered_messages(messages, s.max_message_chars, s.max_prompt_chars)
+            return render_numbered_messages(messages, min(s.max_message_chars, s.partition_message_chars),
+                                            timestamps=s.message_timestamps)
+        return render_numbered_messages(messages, s.max_message_chars, s.max_prompt_chars, s.message_timestamps)
 
     def partition_segment(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         """P_par with validation and repair; a segment shorter than ``partition_min_messages`` (default
@@ -210,7 +211,7 @@ class EpisodicIntegration(dspy.Module):
         s = self.res.settings
         with stage_meta(message_ids=[m.id for m in msgs]):
             pred = self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
-                                                         s.resolve_relative_dates))
+                                                         s.resolve_relative_dates, s.message_timestamps))
         return self._episode(user_id, msgs, str(pred.cue), str(pred.narrative), window)
 
     def narrate_groups(self, user_id: str, groups: list[list[StoredMessage]], window: int) -> list[Episode]:
@@ -236,7 +237,8 @@ class EpisodicIntegration(dspy.Module):
         try:
             with stage_meta(message_ids=[m.id for g in groups for m in g]):
                 reply = self.narrate_batch(message_groups=render_groups(groups, s.max_message_chars,
-                                                                        s.max_prompt_chars, s.resolve_relative_dates),
+                                                                        s.max_prompt_chars, s.resolve_relative_dates,
+                                                                        s.message_timestamps),
                                            group_count=len(groups)).episodes
         except LLMError as exc:
             log.info("batched narration failed, narrating group by group: %s", exc)

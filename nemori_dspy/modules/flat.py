@@ -74,7 +74,8 @@ class FlatSummaryDistillation(dspy.Module):
         if not content:
             tally("distill_skipped_noise_only")
             return []
-        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
+                               s.message_timestamps)
         if s.distillation == "direct":
             return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs)
         tally("evoke_calls")

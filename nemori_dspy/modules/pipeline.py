@@ -22,14 +22,15 @@ from ..predict import StagePredict, load_predictor_class
 from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
 from ..usage import tally
-from ..types import Episode
-from .episodic import EpisodicIntegration
+from ..types import Episode, StoredMessage
+from .episodic import EpisodicIntegration, split_at_gaps
 from .resources import Resources
 from .response import ResponseGeneration
 from .flat import FlatSummaryDistillation
 from .semantic import SemanticDistillation, dated_cue
 
-__all__ = ["BATCHED_STAGES", "NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K"]
+__all__ = ["BATCHED_STAGES", "NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K",
+           "closed_segments"]
 
 #: semantic entries nearest an episode recorded as "already known" before its distillation (tuning data only).
 KNOWN_BEFORE_TOP_K = 10
@@ -63,6 +64,20 @@ def _semantic_module(resources: Resources, make: Callable[[str], dspy.Module]) -
     if resources.settings.semantic_management == "flat":
         return FlatSummaryDistillation(resources, make)
     return SemanticDistillation(resources, make)
+
+
+def closed_segments(window: list[StoredMessage], settings: NemoriSettings, hold: bool) -> list[StoredMessage]:
+    """The messages of ``window`` that form episodes now: all of them, or with ``settings.hold_open_segment``
+    and ``hold`` (more messages may follow) those before the window's last time gap
+    (``episode_split_gap_hours``), so the run after it waits for the next window (counted as
+    ``segments_held``). A window without a gap is formed whole."""
+    if not (hold and settings.hold_open_segment):
+        return window
+    runs = split_at_gaps(window, settings.episode_split_gap_hours, settings.naive_timezone)
+    if len(runs) < 2:
+        return window
+    tally("segments_held")
+    return window[:len(window) - len(runs[-1])]
 
 
 @dataclass
@@ -100,9 +115,11 @@ class NemoriPipeline(dspy.Module):
     def process_window(self, user_id: str, force: bool, report: ProcessReport) -> bool:
         """Form episodes from the next window if it is full (or ``force``); True if one was committed."""
         store, w = self.res.store, self.res.settings.window_size
-        pending = store.pending_messages(user_id, limit=w)
+        pending = store.pending_messages(user_id, limit=w + 1)
+        more, pending = len(pending) > w, pending[:w]
         if not pending or (len(pending) < w and not force):
             return False
+        pending = closed_segments(pending, self.res.settings, hold=more or not force)
         window = store.next_window(user_id)
         try:
             with stage_meta(user_id=user_id, window=window):

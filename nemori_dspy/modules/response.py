@@ -72,12 +72,12 @@ class ResponseGeneration(dspy.Module):
         if s.answer_context_tokens is not None and (retrieved.episodes or retrieved.semantic):
             n = len(retrieved.episodes) + len(retrieved.semantic)
             retrieved, raw_ids = fit_context(retrieved, r, s.answer_context_tokens, max_chars=s.max_message_chars,
-                                             resolve_dates=s.resolve_relative_dates)
+                                             resolve_dates=s.resolve_relative_dates, timestamps=s.message_timestamps)
             dropped = n - len(retrieved.episodes) - len(retrieved.semantic)
             if dropped:
                 tally("answer_context_items_dropped", dropped)
         context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
-                                 raw_ids)
+                                 raw_ids, s.message_timestamps)
         return dspy.Prediction(context=context, retrieved=retrieved, search_ms=search_ms)
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:

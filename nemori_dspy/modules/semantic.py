@@ -204,7 +204,8 @@ class SemanticDistillation(dspy.Module):
         if not content:
             tally("distill_skipped_noise_only")
             return [], []
-        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates)
+        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
+                               s.message_timestamps)
         if self.res.settings.distillation == "direct":
             return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs), []
         evoked = self.evoke(user_id, episode)

@@ -41,11 +41,11 @@ def test_mini_run_covers_every_turn_and_writes_results(tmp_path, synthetic_mini)
     assert scores["no-memory"]["judge.overall"] == 0.0
     assert [scores["nemori"][f"n.{c}"] for c in ("multi-hop", "temporal", "open-domain", "single-hop")] == [4, 7, 2, 7]
     usage = summary["construction_usage"]
-    # 3 windows of ≤ 20 turns (D1:1-D2:1, D2:2-D3:4, D3:5-D3:20); windows 1 and 2 straddle a session
-    # boundary (18 and 21 days apart), so they are cut at the time gap before P_par. Window 1's second segment
-    # is D2:1 alone (one message, no P_par call): 1 + 2 + 1 partition calls. Groups of 5 give
-    # 4 + 1 | 4 + 1 | 4 episodes, each narrated once (the scripted P_sel never continues one)
-    assert usage["partition"]["calls"] == 4 and usage["narrate"]["calls"] == 14
+    # a window of w = 40 ends at its last time gap (hold_open_segment): the first 40 turns (D1:1-19, D2:1-17,
+    # D3:1-4) form D1 and D2, cut apart at the gap before P_par, and D3:1-4 stay buffered; D3 (20 turns) forms
+    # at the flush: one P_par call per session. Groups of 5 give 4 | 4 | 4 episodes, each narrated once (the
+    # scripted P_sel never continues one)
+    assert usage["partition"]["calls"] == 3 and usage["narrate"]["calls"] == 12
     assert "n=" in summary["table"] and (tmp_path / "run/tables.md").exists()
     # model="local": dollars read "local" in the usage table too, not 0.0000
     usage_total = next(l for l in summary["usage_table"].splitlines() if l.startswith("total"))
@@ -75,7 +75,7 @@ def test_mlflow_run_holds_config_cost_and_scores(tmp_path, synthetic_mini, mlflo
         summary = run_locomo(mem, synthetic_mini, EvalOptions(progress=False, max_questions=2), LLMJudge(), tmp_path / "run")
     run_id = log_eval_run(settings, summary, tmp_path / "run", {"dataset.path": str(SYNTHETIC_MINI)})
     run = mlflow.get_run(run_id)
-    assert run.data.params["config.window_size"] == "20"
+    assert run.data.params["config.window_size"] == "40"
     assert run.data.params["config.evoke_threshold"] == "0.4"  # resolved: MiniLM's measured τ
     assert "prompt.partition" in run.data.params and "judge.prompt_hash" in run.data.params
     assert run.data.metrics["cost.narrate.calls"] >= 3

@@ -171,11 +171,31 @@ def test_a_window_spanning_two_conversations_is_cut_at_the_time_gap(tmp_path):
     lm = ScriptedLM(responders)
     msgs = _messages(6) + _messages(4, start=datetime(2023, 5, 25, 9, 0), prefix="D2")  # 17 days later
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64),
+                     NemoriSettings(window_size=10, hold_open_segment=False))  # the paper's fixed windows
         mem.add_messages("u", msgs)
     spans = sorted((ep.start.date().isoformat(), len(ep.message_ids)) for ep in mem.list_episodes("u"))
     assert spans == [("2023-05-08", 6), ("2023-05-25", 4)]
     assert all(int(inp["message_count"]) in (6, 4) for name, inp in lm.prompts if name == "PartitionMessages")
+
+
+def test_the_conversation_after_a_windows_last_gap_waits_for_the_next_window_and_is_never_cut(tmp_path):
+    responders = default_responders()
+    responders["PartitionMessages"] = lambda i: chat_reply(groups=[list(range(1, int(i["message_count"]) + 1))])
+    lm = ScriptedLM(responders)
+    later = _messages(12, start=datetime(2023, 5, 25, 9, 0), prefix="D2")  # 17 days later, 12 turns
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        report = mem.add_messages("u", _messages(6) + later[:4]).report
+        assert [len(ep.message_ids) for ep in mem.list_episodes("u")] == [6]  # D2:1-4 may go on: held
+        assert mem.status("u")["pending"] == 4 and not report.parked
+        mem.add_messages("u", later[4:10])  # D2 is 10 turns, a full window without a gap: formed whole
+        assert mem.status("u")["pending"] == 0
+        mem.add_messages("u", later[10:])
+        mem.flush("u")  # a flush forms what is held
+    spans = sorted((ep.start.date().isoformat(), len(ep.message_ids)) for ep in mem.list_episodes("u"))
+    assert spans == [("2023-05-08", 6), ("2023-05-25", 2), ("2023-05-25", 10)]
+    assert mem.usage.counters["segments_held"] == 1
 
 
 # --- naive and offset-carrying timestamps of one user in one window
@@ -208,7 +228,7 @@ def test_mixed_naive_and_offset_timestamps_flush_and_split_by_real_elapsed_time(
     assert first.start == datetime(2023, 5, 24, 14, 0) and first.end == datetime(2023, 5, 24, 16, 0)
     # prompts keep each message's own clock time
     narrated = [inp["messages"] for name, inp in lm.prompts if name == "NarrateEpisode"][0]
-    assert "[2023-05-24 23:30] Caroline: message m2" in narrated and "[2023-05-24 14:00]" in narrated
+    assert "[2023-05-24 23:30]\nCaroline: message m2" in narrated and "[2023-05-24 14:00]" in narrated
 
 
 def test_naive_timestamps_are_read_in_the_configured_zone(tmp_path):
@@ -311,5 +331,6 @@ def test_p_par_sees_messages_cut_to_partition_message_chars_and_p_nar_whole(tmp_
         mem.add_messages("u", [{"speaker": "Caroline", "content": long, "timestamp": f"2023-05-24T10:0{i}:00"}
                                for i in range(4)])
     partition = [inp for name, inp in lm.prompts if name == "PartitionMessages"][0]["messages"]
-    assert all(line.count("x") == shown for line in partition.splitlines())
+    assert partition.startswith("[2023-05-24 10:00]\n1. Caroline: x")  # one stamp per time, on its own line
+    assert all(line.count("x") == shown for line in partition.splitlines() if not line.startswith("["))
     assert all(inp["messages"].count(long) >= 1 for name, inp in lm.prompts if name == "NarrateEpisode")

@@ -11,6 +11,7 @@ import pytest
 
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
+from nemori_dspy.insight_rules import message_lines
 from nemori_dspy.memory import Memory
 from nemori_dspy.modules.pipeline import NemoriPipeline
 from nemori_dspy.modules.resources import Resources
@@ -102,7 +103,7 @@ def _one_fact_per_message():
     """Responders: one fact per message line ('<speaker> said: <text>'), P_con always 'new'."""
     responders = default_responders(groups_of=10)
     responders["DistillPredictionError"] = lambda i: chat_reply(
-        insights=[m.split("] ", 1)[-1].replace(": ", " said: ", 1) for m in i["episode_messages"].splitlines()])
+        insights=[f"{who} said: {text}" for who, text in message_lines(i["episode_messages"])])
     responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="new", targets=[], merged_text="")
     return responders
 
