@@ -71,10 +71,17 @@ CONFIGS: dict[str, tuple[dict[str, Any], str | None]] = {
     "consolidate-batched": ({"consolidation_min_similarity": 0.5, "consolidation_mode": "batched"}, None),
     "narrate-batched": ({"narration_mode": "batched"}, None),
     "partition-min-3": ({"partition_min_messages": 3}, None),
+    "partition-chars-160": ({"partition_message_chars": 160}, None),
     "select-cues": ({"select_inputs": "cues"}, None),
+    "anticipate-with-facts-only": ({"anticipate_without_facts": False}, None),
+    "consolidate-across-episodes": ({"consolidate_within_episode": False}, None),
+    "timestamps-on-change": ({"message_timestamps": "on_change"}, None),
+    "window-40-held": ({"window_size": 40, "hold_open_segment": True}, None),
     "context-2000": ({"answer_context_tokens": 2000}, "paper"),
     "all": ({"consolidation_min_similarity": 0.5, "consolidation_mode": "batched", "narration_mode": "batched",
-             "partition_min_messages": 3, "select_inputs": "cues"}, None),
+             "partition_min_messages": 3, "partition_message_chars": 160, "select_inputs": "cues",
+             "anticipate_without_facts": False, "consolidate_within_episode": False,
+             "message_timestamps": "on_change", "window_size": 40, "hold_open_segment": True}, None),
     "all+context-2000": ({"answer_context_tokens": 2000}, "all"),
     "default": (None, None),  # NemoriSettings() as shipped
 }
@@ -82,7 +89,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], str | None]] = {
 #: ledger counters that show whether a switch worked or fell back (printed under the table).
 SWITCH_COUNTERS = ("narrate_batch_fallback", "consolidation.batch_fallback", "consolidation.refused_targets",
                    "partition_skipped_short", "partition_fallback_whole_window", "parked_windows",
-                   "parked_distillations", "answer_context_items_dropped", "retries")
+                   "parked_distillations", "answer_context_items_dropped", "retries", "segments_held")
 
 _WORD = re.compile(r"\w+")
 _STOP = frozenset("a an the and or of in on at to for is was were be by with it its that this".split())
