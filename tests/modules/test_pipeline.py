@@ -13,9 +13,10 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.insight_rules import message_lines
 from nemori_dspy.memory import Memory
-from nemori_dspy.modules.pipeline import NemoriPipeline
+from nemori_dspy.modules.pipeline import NemoriPipeline, closed_segments
 from nemori_dspy.modules.resources import Resources
 from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.types import StoredMessage
 from tests.fakes import ScriptedLM, chat_reply, default_responders
 
 NAMES = {
@@ -159,3 +160,23 @@ def test_a_program_saved_before_the_batched_stages_existed_still_loads(tmp_path)
     fresh = _pipeline(tmp_path / "x", narration_mode="batched", consolidation_mode="batched")
     fresh.load(str(tmp_path / "old.json"))
     assert fresh.episodic.narrate.predict.signature.instructions == "TUNED"
+
+
+# --- a window ends at its last time gap (hold_open_segment)
+
+def _msgs_at(hours: list[float]) -> list[StoredMessage]:
+    t0 = datetime(2023, 5, 8, 9, 0)
+    return [StoredMessage(user_id="u", id=f"m{i}", seq=i, speaker="A", content="hi",
+                          timestamp=t0 + timedelta(hours=h)) for i, h in enumerate(hours)]
+
+
+@pytest.mark.parametrize("hours,hold,formed", [
+    ([0, 0.1, 0.2, 30, 30.1], True, 3),          # the run after the last gap waits
+    ([0, 0.1, 30, 30.1, 60, 60.1], True, 4),     # only the last run waits; earlier gaps form as before
+    ([0, 0.1, 0.2, 0.3], True, 4),               # no gap: the window forms whole
+    ([0, 0.1, 0.2, 30, 30.1], False, 5),         # nothing may follow (a flush of the last messages): all form
+])
+def test_closed_segments_form_the_window_up_to_its_last_gap(hours, hold, formed):
+    window = _msgs_at(hours)
+    assert closed_segments(window, NemoriSettings(), hold) == window[:formed]
+    assert closed_segments(window, NemoriSettings(hold_open_segment=False), hold) == window  # the paper's
