@@ -167,11 +167,13 @@ class Memory:
     # ------------------------------------------------------------------ ingest
     @_charged
     def add_messages(self, user_id: str, messages: Sequence[Message | dict], process: bool = True) -> AddResult:
-        """Persist messages, then (if ``process``) build episodes from every full window of w = 20.
+        """Persist messages, then (if ``process``) build episodes from every full window of ``window_size``
+        messages (w; 40 by default, the paper's 20 in ``PAPER_FAITHFUL``).
 
         Blocks: the messages are durably stored before any LLM call, and when the call returns every
         full window has been processed (LLM calls happen in the calling thread). Messages of a partial
-        window stay buffered until more arrive or ``flush``. Re-sending a message (same id, or same
+        window, and with ``hold_open_segment`` those after a full window's last time gap, stay buffered
+        until more arrive or ``flush``. Re-sending a message (same id, or same
         speaker + timestamp + content when no id) is a no-op.
 
         Returns:
