@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Sequence
 import dspy
 
 from ..errors import LLMError
+from ..insight_rules import is_chat_line
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
 from ..types import Episode, StoredMessage, instant
@@ -207,12 +208,23 @@ class EpisodicIntegration(dspy.Module):
         return [[messages[i - 1] for i in g] for g in groups]
 
     def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
-        """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2)."""
+        """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2).
+
+        A narrative that is one of the messages copied as a chat line (``<speaker>: …``, ``insight_rules``) is no
+        narrative: with ``message_timestamps="on_change"`` P_nar is asked once more with every message dated
+        (the paper's layout), where the 0.5B model does write one (``narrate_copied_line``)."""
+        pred = self._narrate(msgs, self.res.settings.message_timestamps)
+        if (self.res.settings.message_timestamps != "per_message"
+                and is_chat_line(str(pred.narrative), {m.speaker for m in msgs})):
+            tally("narrate_copied_line")
+            pred = self._narrate(msgs, "per_message")
+        return self._episode(user_id, msgs, str(pred.cue), str(pred.narrative), window)
+
+    def _narrate(self, msgs: list[StoredMessage], timestamps: str) -> dspy.Prediction:
         s = self.res.settings
         with stage_meta(message_ids=[m.id for m in msgs]):
-            pred = self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
-                                                         s.resolve_relative_dates, s.message_timestamps))
-        return self._episode(user_id, msgs, str(pred.cue), str(pred.narrative), window)
+            return self.narrate(messages=render_messages(msgs, s.max_message_chars, s.max_prompt_chars,
+                                                         s.resolve_relative_dates, timestamps))
 
     def narrate_groups(self, user_id: str, groups: list[list[StoredMessage]], window: int) -> list[Episode]:
         """P_nar for every group of a window, one episode per group in order.

@@ -334,3 +334,19 @@ def test_p_par_sees_messages_cut_to_partition_message_chars_and_p_nar_whole(tmp_
     assert partition.startswith("[2023-05-24 10:00]\n1. Caroline: x")  # one stamp per time, on its own line
     assert all(line.count("x") == shown for line in partition.splitlines() if not line.startswith("["))
     assert all(inp["messages"].count(long) >= 1 for name, inp in lm.prompts if name == "NarrateEpisode")
+
+
+def test_a_narrative_that_copies_a_message_line_is_asked_again_with_every_message_dated(tmp_path):
+    responders = default_responders()
+    copy_or_tell = lambda i: chat_reply(  # noqa: E731 - copies the last line unless every line carries its stamp
+        cue="Paris", narrative=i["messages"].splitlines()[-1] if not i["messages"].startswith("[2023-05-24 10:00] ")
+        else "Jon told Gina about his trip to Paris in May 2023.")
+    responders["NarrateEpisode"] = copy_or_tell
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
+        mem.add_messages("u", [{"speaker": "Jon", "content": "I went to Paris.", "timestamp": "2023-05-24T10:00:00"},
+                               {"speaker": "Gina", "content": "Wow!", "timestamp": "2023-05-24T10:01:00"}])
+        mem.flush("u")
+    assert [ep.narrative for ep in mem.list_episodes("u")] == ["Jon told Gina about his trip to Paris in May 2023."]
+    assert lm.calls["NarrateEpisode"] == 2 and mem.usage.counters["narrate_copied_line"] == 1
