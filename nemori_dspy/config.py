@@ -164,7 +164,7 @@ class NemoriSettings(BaseSettings):
 
     # --- method knobs (§4.1, Appendix C)
     window_size: int = Field(default=WINDOW_SIZE, ge=1, description="w: buffer size that triggers episode formation "
-                             "(§3.2.1; the paper's 20, see WINDOW_SIZE)")
+                             "(§3.2.1); default 40 (WINDOW_SIZE), the paper's 20 in PAPER_FAITHFUL")
     hold_open_segment: bool = Field(
         default=True, description="our addition: a full window that holds a time gap (episode_split_gap_hours) "
         "forms episodes only up to its last gap; the messages after it stay buffered for the next window, since the "
