@@ -34,8 +34,8 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
 #: times on facts; 3: τ per embedder, flat management, cost switches, lexical index; 4: verbatim-copy and question
-#: insights dropped, a truncated insight list kept without a re-ask; 5: message_timestamps and hold_open_segment), so memories built by older code are never
-#: reused as if they were current.
+#: insights dropped, a truncated insight list kept without a re-ask; 5: message_timestamps and hold_open_segment),
+#: so memories built by older code are never reused as if they were current.
 MEMORY_FORMAT = 5
 _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
                         "direct_distill", "summarize", "narrate_batch", "consolidate_batch")

@@ -25,7 +25,8 @@ def clip(text: str, max_chars: int) -> str:
 
 #: a message is never clipped below this many characters, however many messages share a prompt's budget:
 #: about two sentences, enough to keep who did what and when. The floor wins over the budget, so a prompt of
-#: very many messages may exceed ``max_prompt_chars`` (a window of w = 20 at the floor is 4,000 characters, of w = 40 8,000).
+#: very many messages may exceed ``max_prompt_chars`` (a window of w = 20 at the floor is 4,000 characters, of
+#: w = 40 8,000).
 MIN_MESSAGE_CHARS = 200
 
 
