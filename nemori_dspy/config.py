@@ -61,7 +61,7 @@ PARTITION_MIN_MESSAGES = 3
 PARTITION_MESSAGE_CHARS = 160
 
 #: Default cap of the answer context in tokens (``answer_context_tokens``): issue 10's target (≤ 2,000 at no loss of
-#: score); the paper's k = 10, m = 20, r = 2 fill ~2.7k tokens (Table 4), items are kept by rank.
+#: score); the paper's k = 10, m = 20, r = 2 fill ~2.7k tokens (Table 4); narratives are kept first, then raw messages and facts by rank.
 ANSWER_CONTEXT_TOKENS = 2000
 
 #: The paper-faithful value of every cost switch (README "Cost switches"): what §3.2-§3.4 describe.
@@ -241,8 +241,8 @@ class NemoriSettings(BaseSettings):
         "(a 'conflict' between them deleted true facts); an exact duplicate of one is still skipped")
     answer_context_tokens: int | None = Field(
         default=ANSWER_CONTEXT_TOKENS, gt=0, description="cap of the answer context in tokens (litellm's counter, as the eval "
-        "reports context_tokens); items enter by rank — episode i, its raw messages if i <= r, then its m/k "
-        "facts — and keep the paper's section order; None = the paper's k, m, r uncut (max_prompt_chars only)")
+        "reports context_tokens); every episode's narrative enters first by rank, then episode i's raw "
+        "messages (i <= r) and its m/k facts for i = 1, 2, ...; the paper's section order is kept; None = the paper's k, m, r uncut (max_prompt_chars only)")
     local_prompt_cache: bool = Field(
         default=False, description="embedded llama.cpp server: keep a RAM cache of prompt states (--cache) so "
         "a stage's instruction + demos prefix is reused across interleaved stages, not only from the previous "

@@ -197,17 +197,20 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, 
 
 
 def _ranked_items(result: SearchResult, raw_top_r: int) -> list[tuple[str, int]]:
-    """Context items as (kind, rank index) in admission order: episode i, then its raw messages if i < r, then
-    its share of the facts (m/k per episode, rounded up), for i = 0, 1, ... — so a cap keeps the best of each."""
+    """Context items as (kind, rank index) in admission order: every episode's narrative by rank first, then, for
+    i = 0, 1, ..., episode i's raw messages if i < r and its share of the facts (m/k per episode, rounded up).
+
+    Narratives go first so that a cap never drops a retrieved episode for a better one's raw messages: with
+    whole-topic episodes, rank-by-rank admission (episode i, its raw, its facts) filled the 2,000-token cap before
+    the last retrieved episode on 4 of 124 slice questions and cost recall@10 (0.976 against 1.000 uncapped).
+    """
     eps, facts = result.episodes, result.semantic
     per = math.ceil(len(facts) / len(eps)) if eps else len(facts)
     rounds = max(len(eps), math.ceil(len(facts) / per) if per else 0)
-    items: list[tuple[str, int]] = []
+    items: list[tuple[str, int]] = [("episode", i) for i in range(len(eps))]
     for i in range(rounds):
-        if i < len(eps):
-            items.append(("episode", i))
-            if i < raw_top_r and eps[i].episode.messages:
-                items.append(("raw", i))
+        if i < min(raw_top_r, len(eps)) and eps[i].episode.messages:
+            items.append(("raw", i))
         items += [("fact", j) for j in range(i * per, min((i + 1) * per, len(facts)))]
     return items
 

@@ -31,16 +31,23 @@ def _result(k=3, m=6) -> SearchResult:
     return SearchResult(episodes=eps, semantic=facts)
 
 
-def test_fit_context_admits_items_by_rank_and_renders_in_the_papers_section_order():
+def test_fit_context_admits_every_narrative_first_then_raw_and_facts_by_rank_in_the_papers_section_order():
     result = _result()
     headers = sum(_words(h) + 1 for h in CONTEXT_HEADERS)
-    # episode 0 (4 words+1), raw 0 (13 words+1), facts 0-1 (2 words+1 each): fits exactly
-    kept, raw_ids = fit_context(result, 2, headers + 5 + 14 + 3 + 3, count=_words)
-    assert [s.episode.id for s in kept.episodes] == ["e0"] and raw_ids == {"e0"}
+    # narratives 0-2 (4 words+1 each), raw 0 (13 words+1), facts 0-1 (2 words+1 each): fits exactly
+    kept, raw_ids = fit_context(result, 2, headers + 15 + 14 + 3 + 3, count=_words)
+    assert [s.episode.id for s in kept.episodes] == ["e0", "e1", "e2"] and raw_ids == {"e0"}
     assert [s.entry.id for s in kept.semantic] == ["s0", "s1"]
     text = render_context(kept, 2, raw_ids=raw_ids)
     assert text.index(CONTEXT_HEADERS[0]) < text.index(CONTEXT_HEADERS[1]) < text.index(CONTEXT_HEADERS[2])
-    assert _words(text) <= headers + 25
+    assert _words(text) <= headers + 35
+
+
+def test_fit_context_never_drops_a_retrieved_episode_for_a_better_ones_raw_messages():
+    result = _result()
+    headers = sum(_words(h) + 1 for h in CONTEXT_HEADERS)
+    kept, raw_ids = fit_context(result, 2, headers + 5 + 14 + 5, count=_words)  # rank order would keep e0 + raw 0
+    assert [s.episode.id for s in kept.episodes] == ["e0", "e1", "e2"] and raw_ids == set()
 
 
 def test_fit_context_skips_an_item_that_does_not_fit_and_takes_smaller_later_ones():

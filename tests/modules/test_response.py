@@ -95,17 +95,18 @@ def test_context_parts_are_switched_per_call_not_by_unused_constructor_flags():
 
 
 # --- answer_context_tokens: the context is capped by tokens, best-ranked items first
-def test_answer_context_cap_keeps_the_best_ranked_items_within_the_token_budget(tmp_path):
+def test_answer_context_cap_admits_narratives_first_within_the_token_budget(tmp_path):
     from nemori_dspy.formatting import count_tokens
 
     full = _setup(tmp_path / "a").context("u", "q?")
     capped_rg = _setup(tmp_path / "b", answer_context_tokens=62)
     capped = capped_rg.context("u", "q?")
     assert count_tokens(capped.context) <= 62 < count_tokens(full.context)
-    # rank order: e1 (best), its raw messages, its fact share (s1), then e2 ...
-    assert "narrative 1" in capped.context and "raw message 1" in capped.context and "fact 1" in capped.context
+    # narratives by rank first (e1 best, e2, ...), then raw messages and fact shares by rank
+    assert "narrative 1" in capped.context and "narrative 2" in capped.context and "fact 1" in capped.context
+    assert "raw message 1" not in capped.context  # e2's narrative went before e1's raw messages
     assert "narrative 0" not in capped.context  # the worst episode is the first to go
-    assert [s.episode.id for s in capped.retrieved.episodes] == ["e1", "e2"][:len(capped.retrieved.episodes)]
+    assert [s.episode.id for s in capped.retrieved.episodes] == ["e1", "e2"]
 
 
 def test_answer_context_cap_off_is_the_paper_context(tmp_path):
