@@ -22,7 +22,7 @@ from nemori_dspy.eval.systems import System
 __all__ = ["MEMORY_FORMAT", "CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
 
 #: settings that change what memory construction produces (answer-side knobs are left out on purpose).
-CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size", "n_ctx",
+CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size", "n_ctx", "flash_attn",
                        "association_max_gap_hours", "episode_split_gap_hours", "naive_timezone",
                        "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
                        "consolidation_top_k", "consolidation_min_similarity", "distillation", "consolidation",
@@ -34,9 +34,10 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
 #: times on facts; 3: τ per embedder, flat management, cost switches, lexical index; 4: verbatim-copy and question
-#: insights dropped, a truncated insight list kept without a re-ask; 5: message_timestamps and hold_open_segment),
+#: insights dropped, a truncated insight list kept without a re-ask; 5: message_timestamps and hold_open_segment;
+#: 6: a narrative that copies a chat line is asked again with every message dated),
 #: so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 5
+MEMORY_FORMAT = 6
 _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
                         "direct_distill", "summarize", "narrate_batch", "consolidate_batch")
 

@@ -154,6 +154,7 @@ class LlamaServer:
         n_ctx: context length in tokens.
         n_threads: CPU threads for generation.
         seed: llama.cpp sampling seed.
+        flash_attn: flash attention (``--flash_attn``); faster prefill on CPU, numerically not identical to off.
         prompt_cache: keep a RAM cache of evaluated prompt states (``--cache``, ``PROMPT_CACHE_BYTES``), so a
             prompt sharing its instruction prefix with any recent one, not only the previous, skips that prefill.
             Without it llama-cpp-python still reuses the prefix shared with the previous prompt (always on).
@@ -177,13 +178,14 @@ class LlamaServer:
         n_ctx: int = 8192,
         n_threads: int = 2,
         seed: int = 0,
+        flash_attn: bool = False,
         prompt_cache: bool = False,
         startup_timeout_s: float = 180.0,
         log_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.port = port or _free_port()
-        self.n_ctx, self.n_threads, self.seed = n_ctx, n_threads, seed
+        self.n_ctx, self.n_threads, self.seed, self.flash_attn = n_ctx, n_threads, seed, flash_attn
         self.prompt_cache = prompt_cache
         self.startup_timeout_s = startup_timeout_s
         self._log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="nemori-llama-"))
@@ -198,6 +200,7 @@ class LlamaServer:
             "n_ctx": n_ctx,
             "n_threads": n_threads,
             "seed": seed,
+            "flash_attn": flash_attn,
             "prompt_cache": prompt_cache,
             "port": self.port,
             "server": "llama_cpp.server",
@@ -206,13 +209,14 @@ class LlamaServer:
 
     @classmethod
     def from_settings(cls, settings: NemoriSettings, **kw: Any) -> "LlamaServer":
-        """Build (not start) a server from ``settings``: resolves the GGUF, takes n_ctx/n_threads/seed/port."""
+        """Build (not start) a server from ``settings``: resolves the GGUF, takes n_ctx/n_threads/seed/flash_attn/port."""
         return cls(
             resolve_gguf(settings),
             port=settings.server_port,
             n_ctx=settings.n_ctx,
             n_threads=settings.n_threads,
             seed=settings.seed,
+            flash_attn=settings.flash_attn,
             prompt_cache=settings.local_prompt_cache,
             **kw,
         )
@@ -244,6 +248,7 @@ class LlamaServer:
             "--n_threads", str(self.n_threads),
             "--logits_all", "False",
             "--seed", str(self.seed),
+            "--flash_attn", str(self.flash_attn),
             "--verbose", "False",
             *(["--cache", "True", "--cache_type", "ram", "--cache_size", str(PROMPT_CACHE_BYTES)]
               if self.prompt_cache else []),

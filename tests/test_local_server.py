@@ -72,6 +72,15 @@ def test_prompt_cache_setting_turns_on_the_servers_ram_cache(tmp_path):
     assert srv.flags["prompt_cache"] is True
 
 
+def test_flash_attention_is_on_by_default_from_settings_and_off_when_asked(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    on = LlamaServer.from_settings(NemoriSettings(gguf=str(f), server_port=1))
+    assert on.command()[on.command().index("--flash_attn") + 1] == "True" and on.flags["flash_attn"] is True
+    off = LlamaServer.from_settings(NemoriSettings(gguf=str(f), flash_attn=False, server_port=1))
+    assert off.command()[off.command().index("--flash_attn") + 1] == "False"
+
+
 def test_server_exit_raises_with_log(tmp_path):
     from nemori_dspy.errors import ModelServerError
 
