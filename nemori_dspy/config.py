@@ -147,7 +147,8 @@ class NemoriSettings(BaseSettings):
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
     flash_attn: bool = Field(default=True, description="embedded llama.cpp server: flash attention (--flash_attn); "
-                             "prefill of a 1,800-token answer prompt on the 0.5B model ran 1.3-1.5x faster with it here")
+                             "on the 0.5B model here an answer-like call (1,900 prompt + 30 output tokens) took 0.91x the wall "
+                             "time, a narrate-like one (700 + 250) 1.04x (farm-bench pairs, quiet machine)")
     server_port: int | None = Field(default=None, description="port of the embedded server; None = a free one")
 
     # --- embedder
