@@ -89,7 +89,8 @@ CONFIGS: dict[str, tuple[dict[str, Any], str | None]] = {
 #: ledger counters that show whether a switch worked or fell back (printed under the table).
 SWITCH_COUNTERS = ("narrate_batch_fallback", "consolidation.batch_fallback", "consolidation.refused_targets",
                    "partition_skipped_short", "partition_fallback_whole_window", "parked_windows",
-                   "parked_distillations", "answer_context_items_dropped", "retries", "segments_held")
+                   "parked_distillations", "answer_context_items_dropped", "retries", "segments_held",
+                   "narrate_copied_line")
 
 _WORD = re.compile(r"\w+")
 _STOP = frozenset("a an the and or of in on at to for is was were be by with it its that this".split())
