@@ -61,7 +61,8 @@ PARTITION_MIN_MESSAGES = 3
 PARTITION_MESSAGE_CHARS = 160
 
 #: Default cap of the answer context in tokens (``answer_context_tokens``): issue 10's target (≤ 2,000 at no loss of
-#: score); the paper's k = 10, m = 20, r = 2 fill ~2.7k tokens (Table 4); narratives are kept first, then raw messages and facts by rank.
+#: score); the paper's k = 10, m = 20, r = 2 fill ~2.7k tokens (Table 4); narratives are kept first, then raw
+#: messages and facts by rank.
 ANSWER_CONTEXT_TOKENS = 2000
 
 #: The paper-faithful value of every cost switch (README "Cost switches"): what §3.2-§3.4 describe.
@@ -147,8 +148,9 @@ class NemoriSettings(BaseSettings):
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
     flash_attn: bool = Field(default=True, description="embedded llama.cpp server: flash attention (--flash_attn); "
-                             "on the 0.5B model here an answer-like call (1,900 prompt + 30 output tokens) took 0.91x the wall "
-                             "time, a narrate-like one (700 + 250) 1.04x (farm-bench pairs, quiet machine)")
+                             "on the 0.5B model here an answer-like call (1,900 prompt + 30 output tokens) took "
+                             "0.91x the wall time, a narrate-like one (700 + 250) 1.04x (farm-bench pairs, quiet "
+                             "machine)")
     server_port: int | None = Field(default=None, description="port of the embedded server; None = a free one")
 
     # --- embedder
@@ -245,7 +247,8 @@ class NemoriSettings(BaseSettings):
     answer_context_tokens: int | None = Field(
         default=ANSWER_CONTEXT_TOKENS, gt=0, description="cap of the answer context in tokens (litellm's counter, as the eval "
         "reports context_tokens); every episode's narrative enters first by rank, then episode i's raw "
-        "messages (i <= r) and its m/k facts for i = 1, 2, ...; the paper's section order is kept; None = the paper's k, m, r uncut (max_prompt_chars only)")
+        "messages (i <= r) and its m/k facts for i = 1, 2, ...; the paper's section order is kept; None = the "
+        "paper's k, m, r uncut (max_prompt_chars only)")
     local_prompt_cache: bool = Field(
         default=False, description="embedded llama.cpp server: keep a RAM cache of prompt states (--cache) so "
         "a stage's instruction + demos prefix is reused across interleaved stages, not only from the previous "

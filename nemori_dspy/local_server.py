@@ -209,7 +209,8 @@ class LlamaServer:
 
     @classmethod
     def from_settings(cls, settings: NemoriSettings, **kw: Any) -> "LlamaServer":
-        """Build (not start) a server from ``settings``: resolves the GGUF, takes n_ctx/n_threads/seed/flash_attn/port."""
+        """Build (not start) a server from ``settings``: resolves the GGUF, takes n_ctx, n_threads, seed,
+        flash_attn and port."""
         return cls(
             resolve_gguf(settings),
             port=settings.server_port,
