@@ -154,7 +154,8 @@ class LlamaServer:
         n_ctx: context length in tokens.
         n_threads: CPU threads for generation.
         seed: llama.cpp sampling seed.
-        flash_attn: flash attention (``--flash_attn``); faster prefill on CPU, numerically not identical to off.
+        flash_attn: flash attention (``--flash_attn``), on by default as ``NemoriSettings.flash_attn``; faster
+            prefill on CPU, numerically not identical to off.
         prompt_cache: keep a RAM cache of evaluated prompt states (``--cache``, ``PROMPT_CACHE_BYTES``), so a
             prompt sharing its instruction prefix with any recent one, not only the previous, skips that prefill.
             Without it llama-cpp-python still reuses the prefix shared with the previous prompt (always on).
@@ -178,7 +179,7 @@ class LlamaServer:
         n_ctx: int = 8192,
         n_threads: int = 2,
         seed: int = 0,
-        flash_attn: bool = False,
+        flash_attn: bool = True,
         prompt_cache: bool = False,
         startup_timeout_s: float = 180.0,
         log_dir: str | os.PathLike[str] | None = None,

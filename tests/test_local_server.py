@@ -59,6 +59,7 @@ def test_server_command_and_flags(tmp_path):
     assert cmd[cmd.index("--port") + 1] == "12345" and cmd[cmd.index("--n_ctx") + 1] == "4096"
     assert srv.api_base == "http://127.0.0.1:12345/v1" and srv.model == "openai/local"
     assert srv.flags["n_threads"] == 3 and srv.flags["seed"] == 7
+    assert cmd[cmd.index("--flash_attn") + 1] == "True"  # the same default as NemoriSettings.flash_attn
     srv.stop()  # never started: no-op
 
 
