@@ -32,6 +32,7 @@ __all__ = [
     "parse_sessions",
     "slice_sessions",
     "session_of",
+    "LoCoMoObservation",
 ]
 
 CATEGORY_NAMES: dict[int, str] = {
@@ -76,14 +77,30 @@ class LoCoMoQuestion(BaseModel):
         return CATEGORY_NAMES.get(self.category, str(self.category))
 
 
+class LoCoMoObservation(BaseModel):
+    """One gold observation of a LoCoMo sample (``observation.session_<N>_observation[speaker]``, written by
+    gpt-3.5 for the dataset): a fact about ``speaker`` stated in session ``session``, with the normalised
+    ``D<session>:<turn>`` ids of the turns it rests on (the file's dia_id, sometimes a list; ids that do not
+    parse are dropped, so ``dia_ids`` may be empty)."""
+
+    session: int
+    speaker: str
+    text: str
+    dia_ids: list[str] = Field(default_factory=list)
+
+
 class LoCoMoConversation(BaseModel):
-    """One LoCoMo sample: two speakers, their messages in order, and the QA items."""
+    """One LoCoMo sample: two speakers, their messages in order, and the QA items; ``observations`` and
+    ``session_summaries`` (session number → the file's generated summary) are the dataset's annotations
+    (empty when the file has none), read by the memory-quality metrics (``eval.memory_quality``)."""
 
     sample_id: str
     speaker_a: str
     speaker_b: str
     messages: list[Message]
     questions: list[LoCoMoQuestion]
+    observations: list[LoCoMoObservation] = Field(default_factory=list)
+    session_summaries: dict[int, str] = Field(default_factory=dict)
 
 
 def normalise_evidence(raw: list[Any]) -> list[str]:
@@ -175,7 +192,38 @@ def _parse_sample(file: Path, sample_id: str, sample: dict[str, Any]) -> LoCoMoC
         speaker_b=str(conv.get("speaker_b", "")),
         messages=_parse_messages(file, sample_id, conv),
         questions=[_parse_question(sample_id, i, q) for i, q in enumerate(sample["qa"])],
+        observations=_parse_observations(sample.get("observation")),
+        session_summaries=_parse_summaries(sample.get("session_summary")),
     )
+
+
+_ANNOTATION_KEY = re.compile(r"^session_(\d+)_(?:observation|summary)$")
+
+
+def _parse_observations(raw: Any) -> list[LoCoMoObservation]:
+    """``observation`` → one ``LoCoMoObservation`` per [text, dia_id] item, sessions in order (absent → [])."""
+    out: list[LoCoMoObservation] = []
+    if not isinstance(raw, dict):
+        return out
+    for key in sorted(raw, key=lambda k: int(m.group(1)) if (m := _ANNOTATION_KEY.match(k)) else 0):
+        m = _ANNOTATION_KEY.match(key)
+        if not m or not isinstance(raw[key], dict):
+            continue
+        for speaker, items in raw[key].items():
+            for item in items or []:
+                if isinstance(item, (list, tuple)) and item and str(item[0]).strip():
+                    dia = item[1] if len(item) > 1 else []
+                    out.append(LoCoMoObservation(session=int(m.group(1)), speaker=str(speaker),
+                                                 text=str(item[0]).strip(),
+                                                 dia_ids=normalise_evidence(dia if isinstance(dia, list) else [dia])))
+    return out
+
+
+def _parse_summaries(raw: Any) -> dict[int, str]:
+    """``session_summary`` → {session number: summary text} (absent → {})."""
+    if not isinstance(raw, dict):
+        return {}
+    return {int(m.group(1)): str(v) for k, v in raw.items() if (m := _ANNOTATION_KEY.match(k)) and v}
 
 
 def _session_numbers(conv: dict[str, Any]) -> list[int]:

@@ -11,7 +11,10 @@ schema's quirks the loader handles:
 - relative dates in the text ("on Saturday", "last weekend", "last Sunday", "yesterday");
 - integer answers (4, 2019); category-5 items with ``adversarial_answer`` and no ``answer``;
 - evidence strings joined by ``;`` or a space, with a leading zero ("D2:08") and malformed pieces
-  ("D", "D:1:9") that normalise away.
+  ("D", "D:1:9") that normalise away;
+- ``observation`` (``session_N_observation`` → {speaker: [[fact, dia_id], ...]}, a dia_id sometimes a list, one
+  that resolves to no turn) and ``session_summary`` (``session_N_summary`` → text), as LoCoMo's annotations
+  (the memory-quality metrics, ``eval/memory_quality.py``, read them).
 
 The output is deterministic (fixed content and key order, ``indent=2``, trailing newline);
 ``tests/eval/test_locomo.py`` checks that the committed JSON equals what this script writes.
@@ -139,6 +142,47 @@ QA: list[tuple[str, Any, list[str], int, str | None]] = [
 ]
 
 
+# session → speaker → [fact, dia_id or list of dia_ids]; written for this project in LoCoMo's annotation style
+OBSERVATIONS: dict[int, dict[str, list[list[Any]]]] = {
+    1: {A: [["Noor went to her first pottery class on the Saturday before 3 April 2023.", "D1:1"],
+            ["Noor made four lopsided bowls in her first pottery class, and one of them holds water.", "D1:3"],
+            ["Noor's pottery teacher is Ingrid, a retired chemist who mixes her own glazes.", "D1:5"],
+            ["Noor works night shifts at the hospital, which makes it hard for her to keep a routine.", "D1:12"],
+            ["Noor has worked on the children's ward for four years.", ["D1:13", "D1:14"]],
+            ["Noor took up pottery to do something with her hands that has nothing to do with screens.", "D1:16"]],
+        B: [["Elias finished building a solid oak workbench in his workshop.", ["D1:6", "D1:7"]],
+            ["Elias built his first boat, a small rowing boat, in 2019.", "D1:9"],
+            ["Elias is training for a triathlon and swims at the lake pool three mornings a week.", "D1:11"]]},
+    2: {B: [["Elias adopted Pepper, a three-legged greyhound mix, from a shelter the weekend before 21 April 2023.",
+             "D2:1"],
+            ["Pepper had been at the shelter for eight months.", "D2:3"],
+            ["Pepper sleeps most of the day and steals socks at night.", "D2:5"],
+            ["Elias signed up for the Lakeside Sprint Triathlon in early May 2023.", "D2:13"],
+            ["The Lakeside Sprint Triathlon has a 750-metre swim, a 20 km bike ride and a 5 km run.", "D2:15"]],
+        A: [["Noor is planning a trip to Norway in August 2023.", "D2:6"],
+            ["Noor will go from Tromsø by ferry down the coast to Bergen, where her cousin Leila lives.", "D2:8"],
+            ["Noor is travelling with her friend Sam from the ward.", "D2:10"],
+            ["Noor goes to pottery every Saturday, and Ingrid says she is ready to try the wheel.", "D2:12"]]},
+    3: {B: [["Elias finished the Lakeside Sprint Triathlon on 7 May 2023 in one hour and twenty-four minutes.",
+             "D3:2"],
+            ["Elias's sister Marta flew in from Porto for the weekend and met Pepper.", "D3:7"],
+            ["Elias would like Noor to join him and Pepper for morning walks.", "D3:99"]],  # resolves to no turn
+        A: [["Noor tried the pottery wheel for the first time on 6 May 2023 and made a leaning cylinder.",
+             ["D3:10", "D3:11"]],
+            ["Ingrid asked Noor to help at the studio's open day in June 2023.", "D3:13"],
+            ["Noor and Sam booked the ferry on 11 May 2023.", "D3:15"],
+            ["Noor is switching to day shifts from June 2023.", "D3:17"]]},
+}
+SUMMARIES = {
+    1: "Noor told Elias about her first pottery class with Ingrid; Elias showed his new workbench and talked "
+       "about his triathlon training. Noor works night shifts on the children's ward.",
+    2: "Elias and his family adopted Pepper, a rescue greyhound mix. Noor is planning a trip to Norway with Sam "
+       "in August. Elias signed up for the Lakeside Sprint Triathlon.",
+    3: "Elias finished the triathlon and his sister Marta visited. Noor tried the pottery wheel, booked the "
+       "ferry for Norway and will move to day shifts in June.",
+}
+
+
 def _turn(session: int, pos: int, turn: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {"speaker": turn[0], "dia_id": f"D{session}:{pos}", "text": turn[1]}
     if len(turn) == 4:  # LoCoMo's image turns: url, BLIP caption, the search query that found the image
@@ -157,12 +201,16 @@ def _qa(question: str, answer: Any, evidence: list[str], category: int, adversar
 
 
 def build() -> list[dict[str, Any]]:
-    """The dataset: a list with one LoCoMo-schema sample (``sample_id``, ``conversation``, ``qa``)."""
+    """The dataset: a list with one LoCoMo-schema sample (``sample_id``, ``conversation``, ``qa``, ``observation``,
+    ``session_summary``)."""
     conv: dict[str, Any] = {"speaker_a": A, "speaker_b": B}
     for n, (when, turns) in enumerate(SESSIONS, start=1):
         conv[f"session_{n}_date_time"] = when
         conv[f"session_{n}"] = [_turn(n, i, t) for i, t in enumerate(turns, start=1)]
-    return [{"sample_id": SAMPLE_ID, "conversation": conv, "qa": [_qa(*q) for q in QA]}]
+    observation = {f"session_{n}_observation": facts for n, facts in OBSERVATIONS.items()}
+    summary = {f"session_{n}_summary": text for n, text in SUMMARIES.items()}
+    return [{"sample_id": SAMPLE_ID, "conversation": conv, "qa": [_qa(*q) for q in QA], "observation": observation,
+             "session_summary": summary}]
 
 
 def render() -> str:

@@ -1,0 +1,705 @@
+"""What built memory holds, measured against LoCoMo's own annotations, LLM-free (issue 19).
+
+LoCoMo gives gold *observations* per session and speaker (``observation``: facts written by gpt-3.5 for the
+dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory built for one conversation
+(read through the ``MemoryStore`` Protocol, user id = the sample id) this module measures:
+
+* **fact recall**: share of the gold observations of the built turns (those whose dia_id is among the
+  conversation's messages, so a ``--sessions`` slice counts only its own) that ≥ 1 live semantic entry states;
+* **fact support**: share of semantic entries that a message (or two consecutive messages) of their source
+  episode(s) states, that are not a fragment (``junk.is_fragment``), not a verbatim copy of one message
+  (``insight_rules.is_verbatim_copy``) and not junk;
+* **narrative faithfulness**: share of narrative sentences that a message window of their episode states;
+* **narrative coverage**: share of the gold observations lying in an episode (by dia_id) that the episode's
+  narrative states;
+* **junk**: entries and narratives that echo an instruction, a field description or a placeholder
+  (``junk.junk_reason``), counted per reason;
+* shape: episodes per session, messages per episode, facts per episode.
+
+"States" is decided by ``FactMatcher``: embedding cosine (the memory's own embedder) combined with content-word
+recall of the gold in the candidate, after a clash check (another person, number, month, weekday or relative;
+a negation the other side lacks). Its thresholds were chosen on the hand-labelled pairs of
+``tests/data/fact_match_pairs.jsonl`` (synthetic people and facts in LoCoMo's style) with all-MiniLM-L6-v2;
+``python -m nemori_dspy.eval.memory_quality validate`` prints its precision, recall and F1 there, and
+``VALIDATED`` holds the figures (a test recomputes them). ``... inspect --db ... --data ...`` prints the metrics
+and every narrative and fact with its verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from nltk.stem.porter import PorterStemmer
+from pydantic import BaseModel, Field
+
+from nemori_dspy.embedders import Embedder
+from nemori_dspy.errors import DatasetError
+from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
+from nemori_dspy.eval.metrics import format_table
+from nemori_dspy.insight_rules import is_verbatim_copy
+from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
+from nemori_dspy.store.base import MemoryStore
+from nemori_dspy.temporal import annotate_relative_dates
+from nemori_dspy.types import Episode, SemanticEntry, StoredMessage
+
+__all__ = ["PAIRS_PATH", "VALIDATED", "COSINE_STRONG", "COSINE_MIN", "RECALL_MIN", "GoldObservation", "FactMatcher",
+           "FactVerdict", "NarrativeVerdict", "ConversationMemoryQuality", "MemoryAudit",
+           "MemoryQuality", "terms", "content_recall", "clash", "sentences", "gold_observations", "audit_memory", "aggregate", "memory_table", "validate",
+           "load_pairs", "memory_report", "record_memory", "memory_summary_text", "memory_metrics", "main"]
+
+#: the matcher's validation set (hand-labelled; synthetic people and facts).
+PAIRS_PATH = Path(__file__).resolve().parents[1] / "tests" / "data" / "fact_match_pairs.jsonl"
+
+# Thresholds: a grid over the 71 pairs of PAIRS_PATH with all-MiniLM-L6-v2 (cosine_strong 0.60-0.95, cosine_min
+# 0.30-0.80, recall_min 0.30-0.90) found F1 >= 0.95 on a plateau of cosine_min 0.70-0.775 with recall_min
+# 0.30-0.50 and any cosine_strong >= 0.85; the values below sit inside it, not at its edge. Paraphrases score
+# cosine 0.78-0.97 with recall 0.5-1.0; another person, number, date or a negation often scores higher, which is
+# why the clash check comes first.
+#: cosine at or above which a candidate states the gold without further evidence (no clash).
+COSINE_STRONG = 0.90
+#: cosine and content-word recall a candidate needs together otherwise.
+COSINE_MIN = 0.70
+RECALL_MIN = 0.50
+
+#: ``validate`` with all-MiniLM-L6-v2 on ``PAIRS_PATH`` (tests/eval/test_memory_quality.py recomputes it).
+VALIDATED: dict[str, Any] = {"embedder": "all-MiniLM-L6-v2", "n": 71, "precision": 32 / 33, "recall": 32 / 33,
+                             "f1": 32 / 33}
+
+_WORDS = re.compile(r"[\w']+")
+_STEM = PorterStemmer()
+#: relative time words are no content: a date-resolved fact ("on 6 May 2023") states "last Saturday".
+_TIME_WORDS = frozenset("yesterday today tomorrow tonight last next week weeks weekend month months year years ago "
+                        "recently currently lately soon later earlier day days morning evening night".split())
+_NEGATIONS = frozenset("not no never n't cannot nobody nothing neither nor stopped quit longer anymore".split())
+_MONTHS = frozenset("january february march april may june july august september october november december".split())
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_KIN = frozenset("""daughter son sister brother mother father mom dad mum wife husband cousin aunt uncle niece nephew
+grandmother grandfather grandma grandpa friend partner girlfriend boyfriend fiance fiancee colleague boss
+daughters sons sisters brothers cousins kids children""".split())
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS.update({w: str(i) for i, w in enumerate(
+    "zeroth first second third fourth fifth sixth seventh eighth ninth tenth".split()) if i})
+_SENTENCE = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+# --------------------------------------------------------------------------------------------- gold
+class GoldObservation(BaseModel):
+    """A gold observation of the built turns: ``text`` about ``speaker``, stated in ``session`` at the turns
+    ``dia_ids`` (only those among the conversation's messages)."""
+
+    sample_id: str
+    session: int
+    speaker: str
+    text: str
+    dia_ids: list[str]
+
+
+def gold_observations(conv: LoCoMoConversation) -> list[GoldObservation]:
+    """The observations of ``conv`` whose dia_id(s) are among its messages (a ``--sessions`` slice keeps only
+    its own), each with those dia_ids only; observations with no such dia_id are left out. [] when the file has
+    no ``observation`` (e.g. LongMemEval)."""
+    ids = {m.id for m in conv.messages}
+    out = []
+    for obs in conv.observations:
+        built = [d for d in obs.dia_ids if d in ids]
+        if built:
+            out.append(GoldObservation(sample_id=conv.sample_id, session=obs.session, speaker=obs.speaker,
+                                       text=obs.text, dia_ids=built))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- matcher
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return _STEM.stem(word)
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """What the matcher compares of one text: stemmed content words and the clash categories."""
+
+    content: frozenset[str]
+    names: frozenset[str]
+    numbers: frozenset[str]
+    months: frozenset[str]
+    weekdays: frozenset[str]
+    kin: frozenset[str]
+    negated: frozenset[str]  # stemmed content words within 3 words after a negation
+
+
+def _words(text: str) -> list[str]:
+    return [w[:-2] if w.endswith("'s") else w for w in _WORDS.findall(text.replace("’", "'"))]
+
+
+@lru_cache(maxsize=16384)
+def terms(text: str) -> _Terms:
+    """The ``_Terms`` of ``text`` (cached; rules in ``FactMatcher``)."""
+    raw = _words(text)
+    low = [w.casefold() for w in raw]
+    content = [_stem(w) for w in low if w not in STOP_WORDS and w not in _TIME_WORDS and w not in _NEGATIONS
+               and not w.isdigit() and w not in _NUMBER_WORDS]
+    names = {w.casefold() for w in raw if w[:1].isupper() and w[1:].islower() and w.casefold() not in STOP_WORDS
+             and w.casefold() not in _MONTHS | _WEEKDAYS | _TIME_WORDS | _NEGATIONS | set(_NUMBER_WORDS)}
+    numbers = {_NUMBER_WORDS.get(w, w.lstrip("0") or "0") for i, w in enumerate(low)
+               if (w.isdigit() or w in _NUMBER_WORDS) and not _relative_count(low, i)}
+    negated: set[str] = set()
+    for i, w in enumerate(low):
+        if w in _NEGATIONS or w.endswith("n't"):
+            negated |= {_stem(x) for x in low[i + 1:i + 4] if x not in STOP_WORDS}
+    return _Terms(frozenset(content), frozenset(names), frozenset(numbers),
+                  frozenset(w for w, r in zip(low, raw) if w in _MONTHS and (w != "may" or r[0].isupper())),
+                  frozenset(w for w in low if w in _WEEKDAYS), frozenset(_stem(w) for w in low if w in _KIN),
+                  frozenset(negated))
+
+
+_UNITS = frozenset("day days week weeks month months year years".split())
+
+
+def _relative_count(low: list[str], i: int) -> bool:
+    """True if the number at ``low[i]`` counts time from now (``"two weeks ago"``, ``"in 3 days"``, ``"last two
+    years"``): a resolved date says the same with other numbers."""
+    if i + 1 >= len(low) or low[i + 1] not in _UNITS:
+        return False
+    return (i + 2 < len(low) and low[i + 2] == "ago") or (i > 0 and low[i - 1] in ("in", "last", "past", "next"))
+
+
+def content_recall(gold: str, candidate: str) -> float:
+    """Share of the gold's stemmed content words (stop and relative-time words, numbers aside) found in the
+    candidate; 1.0 when the gold has none. In [0, 1]."""
+    g, c = terms(gold).content, terms(candidate).content
+    return len(g & c) / len(g) if g else 1.0
+
+
+def clash(gold: str, candidate: str) -> str | None:
+    """Why ``candidate`` cannot state ``gold`` whatever the overlap, or None: ``"name"``, ``"number"``,
+    ``"month"``, ``"weekday"``, ``"relative"`` (each side has one the other lacks: another person, place,
+    count, date or kin) or ``"negation"`` (one side negates a content word of the other, the other does not)."""
+    g, c = terms(gold), terms(candidate)
+    for label, a, b in (("name", g.names, c.names), ("number", g.numbers, c.numbers), ("month", g.months, c.months),
+                        ("weekday", g.weekdays, c.weekdays), ("relative", g.kin, c.kin)):
+        if a - b and b - a:
+            return label
+    if bool(g.negated & c.content) != bool(c.negated & g.content):
+        return "negation"
+    return None
+
+
+class FactMatcher:
+    """Decides whether a candidate sentence (a memory entry, a narrative sentence, a chat line ``"Speaker:
+    text"``) states a gold sentence.
+
+    Rule: no ``clash``, the candidate is no fragment (``junk.is_fragment``), and either cosine ≥ ``cosine_strong``, or cosine ≥ ``cosine_min`` and content-word recall
+    of the gold in the candidate ≥ ``recall_min``. Cosine is of the embedder's L2-normalised vectors (in [-1, 1]);
+    every distinct text is embedded once per matcher (cached).
+
+    Args:
+        embedder: any ``Embedder`` (the memory's own; the thresholds were validated with all-MiniLM-L6-v2).
+        cosine_strong, cosine_min, recall_min: thresholds (defaults ``COSINE_STRONG``, ``COSINE_MIN``,
+            ``RECALL_MIN``).
+    """
+
+    def __init__(self, embedder: Embedder, cosine_strong: float = COSINE_STRONG, cosine_min: float = COSINE_MIN,
+                 recall_min: float = RECALL_MIN) -> None:
+        self.embedder = embedder
+        self.cosine_strong, self.cosine_min, self.recall_min = cosine_strong, cosine_min, recall_min
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if todo:
+            for text, vec in zip(todo, np.asarray(self.embedder.embed(todo), dtype=np.float32)):
+                self._vectors[text] = vec
+        dim = next(iter(self._vectors.values())).shape[0] if self._vectors else 1
+        return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)
+
+    def cosines(self, golds: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
+        """Cosine matrix, shape ``(len(golds), len(candidates))``, float32."""
+        if not golds or not candidates:
+            return np.zeros((len(golds), len(candidates)), dtype=np.float32)
+        return self._embed(golds) @ self._embed(candidates).T
+
+    def decide(self, gold: str, candidate: str, cosine: float) -> bool:
+        """The rule on one pair whose cosine is known."""
+        if cosine < self.cosine_min or clash(gold, candidate) or is_fragment(candidate):
+            return False
+        return cosine >= self.cosine_strong or content_recall(gold, candidate) >= self.recall_min
+
+    def match_matrix(self, golds: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
+        """Boolean matrix, shape ``(len(golds), len(candidates))``: ``[i, j]`` = candidate j states gold i."""
+        cos = self.cosines(golds, candidates)
+        out = np.zeros(cos.shape, dtype=bool)
+        for i, j in zip(*np.nonzero(cos >= self.cosine_min)):
+            out[i, j] = self.decide(golds[i], candidates[j], float(cos[i, j]))
+        return out
+
+    def matches(self, gold: str, candidate: str) -> bool:
+        """True if ``candidate`` states ``gold``."""
+        return bool(self.match_matrix([gold], [candidate])[0, 0])
+
+    def info(self) -> dict[str, Any]:
+        """Embedder name and thresholds, with the validated precision/recall (``VALIDATED``)."""
+        return {"embedder": getattr(self.embedder, "name", str(self.embedder)), "cosine_strong": self.cosine_strong,
+                "cosine_min": self.cosine_min, "recall_min": self.recall_min, "validated": dict(VALIDATED)}
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+class FactVerdict(BaseModel):
+    """One live semantic entry and what the metrics found: ``supported`` (a message window of its source
+    episode(s) states it), ``fragment``, ``copy`` (verbatim copy of one message), ``junk`` (reason or None),
+    ``gold`` (indexes into ``MemoryAudit.golds`` it states), ``sources_found`` (its source episodes were found)."""
+
+    id: str
+    text: str
+    supported: bool
+    fragment: bool
+    copy_of_message: bool
+    junk: str | None
+    gold: list[int] = Field(default_factory=list)
+    sources_found: bool = True
+
+    @property
+    def counts_as_support(self) -> bool:
+        """Supported, and not a fragment, a copy or junk."""
+        return self.supported and not self.fragment and not self.copy_of_message and self.junk is None
+
+
+class NarrativeVerdict(BaseModel):
+    """One live episode: ``sentences`` of its narrative with ``supported`` flags (same order), ``junk`` of the
+    narrative (reason or None), the gold observations lying in it (``gold``) and those it states (``covered``),
+    both indexes into ``MemoryAudit.golds``."""
+
+    id: str
+    cue: str
+    narrative: str
+    sessions: list[int]
+    messages: int
+    sentences: list[str]
+    supported: list[bool]
+    junk: str | None
+    gold: list[int] = Field(default_factory=list)
+    covered: list[int] = Field(default_factory=list)
+
+
+class ConversationMemoryQuality(BaseModel):
+    """The metrics of one conversation's memory (``sample_id``; ``"all"`` for an aggregate). Shares are in
+    [0, 1] (None when their denominator is 0); counts are plain; ``junk_reasons`` maps ``entry:<reason>`` /
+    ``narrative:<reason>`` to counts."""
+
+    sample_id: str
+    system: str = "nemori"
+    sessions: int = 0
+    messages: int = 0
+    episodes: int = 0
+    entries: int = 0
+    gold: int = 0
+    gold_matched: int = 0
+    fact_recall: float | None = None
+    entries_supported: int = 0
+    fact_support: float | None = None
+    fragments: int = 0
+    copies: int = 0
+    narrative_sentences: int = 0
+    sentences_supported: int = 0
+    narrative_faithfulness: float | None = None
+    gold_located: int = 0
+    gold_covered: int = 0
+    narrative_coverage: float | None = None
+    junk_entries: int = 0
+    junk_narratives: int = 0
+    junk_reasons: dict[str, int] = Field(default_factory=dict)
+    episodes_per_session: float | None = None
+    messages_per_episode: float | None = None
+    facts_per_episode: float | None = None
+
+    def finish(self) -> "ConversationMemoryQuality":
+        """Fill the shares and ratios from the counts (returns self)."""
+        share = lambda n, d: n / d if d else None  # noqa: E731
+        self.fact_recall = share(self.gold_matched, self.gold)
+        self.fact_support = share(self.entries_supported, self.entries)
+        self.narrative_faithfulness = share(self.sentences_supported, self.narrative_sentences)
+        self.narrative_coverage = share(self.gold_covered, self.gold_located)
+        self.episodes_per_session = share(self.episodes, self.sessions)
+        self.messages_per_episode = share(self.messages, self.episodes)
+        self.facts_per_episode = share(self.entries, self.episodes)
+        return self
+
+
+class MemoryAudit(BaseModel):
+    """Everything measured on one conversation's memory: the metrics and the verdict behind each figure."""
+
+    metrics: ConversationMemoryQuality
+    golds: list[GoldObservation]
+    facts: list[FactVerdict]
+    narratives: list[NarrativeVerdict]
+
+
+class MemoryQuality(BaseModel):
+    """One system's memory over a run: per-conversation metrics, their aggregate (counts pooled over the
+    conversations, shares recomputed from them) and the matcher's settings (``FactMatcher.info``)."""
+
+    system: str
+    conversations: list[ConversationMemoryQuality]
+    aggregate: ConversationMemoryQuality
+    matcher: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------- measuring
+def _render(m: StoredMessage) -> str:
+    """A message as a chat line with its month and relative dates resolved: ``"Noor (May 2023): ... on 11 May 2023
+    (yesterday) ..."``. The stamp leaves out the day: a fact dating the event (the class "on Saturday" → 1 April)
+    must not clash with the day the message was sent."""
+    when = m.timestamp
+    content = annotate_relative_dates(m.content, when)
+    return f"{m.speaker} ({when:%B %Y}): {content}"
+
+
+def _windows(messages: Sequence[StoredMessage]) -> list[str]:
+    """Every message, and every two consecutive ones joined: what a fact or sentence may rest on."""
+    lines = [_render(m) for m in messages]
+    return lines + [f"{a} {b}" for a, b in zip(lines, lines[1:])]
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences (at ``.!?`` followed by a capital or digit), blank ones dropped."""
+    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+
+
+def _sources(store_episodes: list[Episode]) -> dict[str, Episode]:
+    """Episode id → the live episode holding its messages (a merged episode's id maps to its successor)."""
+    out: dict[str, Episode] = {}
+    for ep in store_episodes:
+        out[ep.id] = ep
+        for old in ep.supersedes:
+            out.setdefault(old, ep)
+    return out
+
+
+def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], golds: list[GoldObservation],
+                   matcher: FactMatcher) -> list[FactVerdict]:
+    gold_hits = matcher.match_matrix([g.text for g in golds], [e.text for e in entries])
+    out = []
+    for j, entry in enumerate(entries):
+        eps = list({episodes[s].id: episodes[s] for s in entry.source_episode_ids if s in episodes}.values())
+        msgs = [m for ep in eps for m in ep.messages]
+        windows = [w for ep in eps for w in _windows(ep.messages)]
+        supported = bool(windows) and bool(matcher.match_matrix([entry.text], windows).any())
+        out.append(FactVerdict(
+            id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text),
+            copy_of_message=is_verbatim_copy(entry.text, [(m.speaker, m.content) for m in msgs]),
+            junk=junk_reason(entry.text), gold=[int(i) for i in np.nonzero(gold_hits[:, j])[0]],
+            sources_found=bool(eps)))
+    return out
+
+
+def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
+                        matcher: FactMatcher) -> list[NarrativeVerdict]:
+    where = {mid: ep.id for ep in episodes for mid in ep.message_ids}
+    out = []
+    for ep in episodes:
+        sents = sentences(ep.narrative)
+        windows = _windows(ep.messages)
+        supported = matcher.match_matrix(sents, windows).any(axis=1) if sents and windows else np.zeros(len(sents))
+        located = [i for i, g in enumerate(golds) if any(where.get(d) == ep.id for d in g.dia_ids)]
+        candidates = sents + [f"{a} {b}" for a, b in zip(sents, sents[1:])]
+        hits = matcher.match_matrix([golds[i].text for i in located], candidates) if candidates else None
+        covered = [i for k, i in enumerate(located) if hits is not None and hits[k].any()]
+        out.append(NarrativeVerdict(
+            id=ep.id, cue=ep.cue, narrative=ep.narrative,
+            sessions=sorted({s for m in ep.message_ids if (s := session_of(m)) is not None}),
+            messages=len(ep.message_ids), sentences=sents, supported=[bool(x) for x in supported],
+            junk=junk_reason(ep.narrative), gold=located, covered=covered))
+    return out
+
+
+def audit_memory(store: MemoryStore, conv: LoCoMoConversation, matcher: FactMatcher,
+                 system: str = "nemori") -> MemoryAudit:
+    """Measure the memory ``store`` holds for ``conv`` (user id ``conv.sample_id``) against its gold
+    observations (``gold_observations``). Reads only (``list_episodes``, ``list_semantic``); embeds the texts
+    with ``matcher``'s embedder (its calls are charged to the active ``UsageLedger`` like any embedding)."""
+    golds = gold_observations(conv)
+    episodes = store.list_episodes(conv.sample_id)
+    entries = store.list_semantic(conv.sample_id)
+    facts = _fact_verdicts(entries, _sources(episodes), golds, matcher)
+    narratives = _narrative_verdicts(episodes, golds, matcher)
+    reasons: dict[str, int] = {}
+    for kind, reason in [("entry", f.junk) for f in facts] + [("narrative", n.junk) for n in narratives]:
+        if reason:
+            reasons[f"{kind}:{reason}"] = reasons.get(f"{kind}:{reason}", 0) + 1
+    matched = {i for f in facts for i in f.gold}
+    metrics = ConversationMemoryQuality(
+        sample_id=conv.sample_id, system=system,
+        sessions=len({s for m in conv.messages if (s := session_of(m.id)) is not None}) or (1 if conv.messages else 0),
+        messages=sum(len(ep.message_ids) for ep in episodes), episodes=len(episodes), entries=len(entries),
+        gold=len(golds), gold_matched=len(matched), entries_supported=sum(f.counts_as_support for f in facts),
+        fragments=sum(f.fragment for f in facts), copies=sum(f.copy_of_message for f in facts),
+        narrative_sentences=sum(len(n.sentences) for n in narratives),
+        sentences_supported=sum(sum(n.supported) for n in narratives),
+        gold_located=len({i for n in narratives for i in n.gold}),
+        gold_covered=len({i for n in narratives for i in n.covered}),
+        junk_entries=sum(f.junk is not None for f in facts), junk_narratives=sum(n.junk is not None for n in narratives),
+        junk_reasons=reasons).finish()
+    return MemoryAudit(metrics=metrics, golds=golds, facts=facts, narratives=narratives)
+
+
+_COUNTS = ("sessions", "messages", "episodes", "entries", "gold", "gold_matched", "entries_supported", "fragments",
+           "copies", "narrative_sentences", "sentences_supported", "gold_located", "gold_covered", "junk_entries",
+           "junk_narratives")
+
+
+def aggregate(rows: Iterable[ConversationMemoryQuality], system: str = "nemori") -> ConversationMemoryQuality:
+    """The pooled metrics of several conversations (``sample_id="all"``): counts summed, shares recomputed from
+    the sums (micro averages: a conversation weighs by its gold observations, entries, sentences)."""
+    rows = list(rows)
+    out = ConversationMemoryQuality(sample_id="all", system=system,
+                                    **{k: sum(getattr(r, k) for r in rows) for k in _COUNTS})
+    for r in rows:
+        for k, n in r.junk_reasons.items():
+            out.junk_reasons[k] = out.junk_reasons.get(k, 0) + n
+    return out.finish()
+
+
+# --------------------------------------------------------------------------------------------- tables
+_TABLE_COLUMNS = [("fact recall", "fact_recall", "pct"), ("fact support", "fact_support", "pct"),
+                  ("narr. faithful", "narrative_faithfulness", "pct"), ("narr. coverage", "narrative_coverage", "pct"),
+                  ("junk entries", "junk_entries", "int"), ("junk narr.", "junk_narratives", "int"),
+                  ("fragments", "fragments", "int"), ("copies", "copies", "int"),
+                  ("ep/session", "episodes_per_session", "num"), ("msg/ep", "messages_per_episode", "num"),
+                  ("facts/ep", "facts_per_episode", "num"), ("gold", "gold", "int"), ("entries", "entries", "int")]
+
+
+def _cell(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}" if kind == "pct" else f"{value:.1f}" if kind == "num" else str(value)
+
+
+def memory_table(qualities: Sequence[MemoryQuality | dict[str, Any]]) -> str:
+    """The Memory table (``eval.metrics.format_table``): one row per system and conversation plus the system's
+    ``all`` row; shares ×100, ratios to one decimal, counts plain; ``-`` where a share has no denominator."""
+    body = []
+    for q in qualities:
+        q = q if isinstance(q, MemoryQuality) else MemoryQuality.model_validate(q)
+        rows = [*q.conversations, q.aggregate] if len(q.conversations) > 1 else q.conversations or [q.aggregate]
+        body += [[q.system, r.sample_id, *(_cell(getattr(r, f), k) for _, f, k in _TABLE_COLUMNS)] for r in rows]
+    return format_table(["system", "conversation", *(h for h, _, _ in _TABLE_COLUMNS)], body, key_cols=2)
+
+
+def _caption(matcher: dict[str, Any]) -> str:
+    v = matcher.get("validated") or VALIDATED
+    note = "" if matcher.get("embedder") in (None, v["embedder"]) else \
+        f"; this run's embedder is {matcher['embedder']}, so the figures are indicative only"
+    return (f"shares ×100; fact recall against LoCoMo's gold observations of the built turns; matcher validated on "
+            f"{v['n']} hand-labelled pairs with {v['embedder']}: precision {100 * v['precision']:.1f}, recall "
+            f"{100 * v['recall']:.1f}{note}")
+
+
+# --------------------------------------------------------------------------------------------- wiring
+def memory_report(provider: Any, conversations: Sequence[LoCoMoConversation],
+                  systems: Sequence[Any]) -> dict[str, Any] | None:
+    """``summary["memory"]`` of an eval: for every distinct Nemori construction among ``systems``
+    (``System.builds == "nemori"``, named by its first system), the ``MemoryQuality`` of the memory
+    ``provider.memory(system)`` holds, as JSON-ready dicts: ``{"systems": {name: MemoryQuality dump},
+    "matcher": FactMatcher.info(), "table": str, "caption": str}``. None when no conversation carries gold
+    observations (LongMemEval: nothing to measure against, and its haystacks are costly to embed)."""
+    if not any(conv.observations for conv in conversations):
+        return None
+    seen: dict[str, Any] = {}
+    for system in systems:
+        if system.builds == "nemori":
+            seen.setdefault(system.construction_key(), system)
+    out: dict[str, Any] = {}
+    info: dict[str, Any] = {}
+    for system in seen.values():
+        memory = provider.memory(system)
+        matcher = FactMatcher(memory.embedder)
+        rows = [audit_memory(memory.store, conv, matcher, system.name).metrics for conv in conversations]
+        info = matcher.info()
+        out[system.name] = MemoryQuality(system=system.name, conversations=rows, aggregate=aggregate(rows, system.name),
+                                         matcher=info).model_dump()
+    if not out:
+        return None
+    return {"systems": out, "matcher": info, "table": memory_table(list(out.values())), "caption": _caption(info)}
+
+
+def record_memory(built: dict[str, Any], tables_md: Path) -> dict[str, Any] | None:
+    """Append the Memory table of ``built["memory"]`` (``memory_report``) to ``tables_md``; return that report
+    (None when there is none, and the file is left alone)."""
+    report = built.get("memory")
+    if report:
+        with tables_md.open("a", encoding="utf-8") as f:
+            f.write(f"\n## Memory ({report['caption']})\n\n```\n{report['table']}\n```\n")
+    return report
+
+
+def memory_summary_text(summary: dict[str, Any]) -> str | None:
+    """The Memory table with its caption, for the printed summary; None without ``summary["memory"]``."""
+    report = summary.get("memory")
+    return f"\nMemory ({report['caption']}):\n{report['table']}" if report else None
+
+
+def memory_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """MLflow metrics of ``summary["memory"]``: ``memory.<metric>`` of the first system's aggregate and
+    ``memory.<system>.<metric>`` of every system's (shares in [0, 1], counts, ratios); {} without a report."""
+    report = summary.get("memory") or {}
+    out: dict[str, float] = {}
+    for i, (name, q) in enumerate((report.get("systems") or {}).items()):
+        agg = q["aggregate"]
+        values = {k: float(v) for k, v in agg.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out.update({f"memory.{name}.{k}": v for k, v in values.items()})
+        if i == 0:
+            out.update({f"memory.{k}": v for k, v in values.items()})
+    return out
+
+
+# --------------------------------------------------------------------------------------------- validation
+def load_pairs(path: Path = PAIRS_PATH) -> list[dict[str, Any]]:
+    """The labelled pairs: one JSON object per line with ``gold``, ``candidate``, ``match`` (bool), ``note``,
+    ``kind``.
+
+    Raises:
+        DatasetError: the file is missing or a line is not such an object.
+    """
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found. Fix: pass --pairs tests/data/fact_match_pairs.jsonl.")
+    pairs = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{n}: not JSON ({exc}). Fix: one JSON object per line.") from exc
+            if not isinstance(item, dict) or not {"gold", "candidate", "match"} <= item.keys():
+                raise DatasetError(f"{path}:{n}: needs gold, candidate and match. Fix: add the missing keys.")
+            pairs.append(item)
+    return pairs
+
+
+def validate(matcher: FactMatcher, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Precision, recall and F1 (in [0, 1]) of ``matcher`` on ``pairs``, with ``n``, the confusion counts and
+    the misjudged pairs (``errors``: each pair with its cosine, recall and clash)."""
+    cos = [float(matcher.cosines([p["gold"]], [p["candidate"]])[0, 0]) for p in pairs]
+    said = [matcher.decide(p["gold"], p["candidate"], c) for p, c in zip(pairs, cos)]
+    tp = sum(s and p["match"] for s, p in zip(said, pairs))
+    fp = sum(s and not p["match"] for s, p in zip(said, pairs))
+    fn = sum(not s and p["match"] for s, p in zip(said, pairs))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    errors = [{**p, "cosine": round(c, 3), "recall": round(content_recall(p["gold"], p["candidate"]), 3),
+               "clash": clash(p["gold"], p["candidate"])} for p, c, s in zip(pairs, cos, said) if s != p["match"]]
+    return {"n": len(pairs), "tp": tp, "fp": fp, "fn": fn, "tn": len(pairs) - tp - fp - fn,
+            "precision": precision, "recall": recall, "f1": f1, "errors": errors}
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def _embedder(name: str) -> Embedder:
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.embedders import resolve_embedder
+
+    return resolve_embedder(NemoriSettings(embedder=name))
+
+
+def _recorded_embedder(db: Path) -> str | None:
+    """The embedder name a SQLite store file recorded (``meta.embedder``), read in read-only mode."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+            row = c.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    result = validate(FactMatcher(_embedder(args.embedder)), load_pairs(Path(args.pairs)))
+    print(f"FactMatcher on {args.pairs} with {args.embedder} (cosine_strong={COSINE_STRONG}, "
+          f"cosine_min={COSINE_MIN}, recall_min={RECALL_MIN}):")
+    print(f"n={result['n']}  precision={result['precision']:.3f}  recall={result['recall']:.3f}  "
+          f"f1={result['f1']:.3f}  (tp={result['tp']} fp={result['fp']} fn={result['fn']} tn={result['tn']})")
+    for e in result["errors"]:
+        print(f"  {'FP' if not e['match'] else 'FN'} [{e.get('kind', '')}] cos={e['cosine']} recall={e['recall']} "
+              f"clash={e['clash']}\n     gold: {e['gold']}\n     cand: {e['candidate']}")
+    return 0
+
+
+def _print_audit(audit: MemoryAudit) -> None:
+    print(f"\n=== {audit.metrics.sample_id}: {len(audit.narratives)} episodes, {len(audit.facts)} facts, "
+          f"{len(audit.golds)} gold observations")
+    for n in audit.narratives:
+        print(f"\n[episode {n.id}] sessions {n.sessions}, {n.messages} messages, junk={n.junk}, gold in it "
+              f"{len(n.gold)}, stated {len(n.covered)}\n  cue: {n.cue}")
+        for s, ok in zip(n.sentences, n.supported):
+            print(f"  {'+' if ok else '-'} {s}")
+        for i in n.gold:
+            print(f"    gold {'stated' if i in n.covered else 'MISSED'}: {audit.golds[i].text}")
+    print("\nfacts (supported / fragment / copy / junk → gold stated):")
+    for f in audit.facts:
+        flags = (f"{'supported' if f.supported else 'UNSUPPORTED'}{'' if f.sources_found else ' (no source)'}"
+                 f"{' FRAGMENT' if f.fragment else ''}{' COPY' if f.copy_of_message else ''}"
+                 f"{' JUNK:' + f.junk if f.junk else ''}")
+        print(f"  - {f.text}\n      {flags}" + "".join(f"\n      = gold: {audit.golds[i].text}" for i in f.gold))
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
+    from nemori_dspy.store.sqlite import SQLiteStore
+
+    db = Path(args.db)
+    if not db.is_file():
+        raise DatasetError(f"{db}: no such memory file. Fix: pass the .sqlite3 an eval or optimize run built.")
+    recorded = _recorded_embedder(db)
+    embedder = _embedder(args.embedder or recorded or "all-MiniLM-L6-v2")
+    convs = [slice_sessions(c, parse_sessions(args.sessions))
+             for c in load_locomo(args.data, [s.strip() for s in args.conversations.split(",") if s.strip()])]
+    store = SQLiteStore(db, index_dir=False)  # reads only: list_episodes / list_semantic, no vector index
+    try:
+        matcher = FactMatcher(embedder)
+        audits = [audit_memory(store, conv, matcher, args.system) for conv in convs]
+    finally:
+        store.close()
+    rows = [a.metrics for a in audits]
+    q = MemoryQuality(system=args.system, conversations=rows, aggregate=aggregate(rows, args.system),
+                      matcher=matcher.info())
+    print(f"Memory of {db} (stored with embedder {recorded}; matcher on {matcher.info()['embedder']})")
+    print(f"({_caption(q.matcher)})")
+    print(memory_table([q]))
+    for a in audits:
+        _print_audit(a)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``validate [--pairs P] [--embedder E]`` or ``inspect --db DB --data JSON --conversations IDS
+    [--sessions A-B]``; returns the exit code (2 on a data error, with its message on stderr)."""
+    parser = argparse.ArgumentParser(prog="python -m nemori_dspy.eval.memory_quality", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("validate", help="precision/recall/F1 of the fact matcher on the labelled pairs")
+    v.add_argument("--pairs", default=str(PAIRS_PATH))
+    v.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    i = sub.add_parser("inspect", help="metrics, narratives and facts of a built memory")
+    i.add_argument("--db", required=True, help="the memory's SQLite file")
+    i.add_argument("--data", required=True, help="the LoCoMo JSON it was built from")
+    i.add_argument("--conversations", required=True, help="sample ids, comma-separated (e.g. conv-26)")
+    i.add_argument("--sessions", default=None, help="the slice it was built on, e.g. 1-3")
+    i.add_argument("--embedder", default=None, help="matcher embedder (default: the store's, else MiniLM)")
+    i.add_argument("--system", default="nemori", help="label of the memory in the table")
+    args = parser.parse_args(argv)
+    try:
+        return _cmd_validate(args) if args.command == "validate" else _cmd_inspect(args)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""eval.memory_quality: gold observations, the fact matcher (validated on tests/data/fact_match_pairs.jsonl) and
+the memory metrics over a scripted SQLite store (hashing embedder; no network, no LLM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nemori_dspy.embedders import HashingEmbedder, find_minilm_dir
+from nemori_dspy.eval import memory_quality as mq
+from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
+from nemori_dspy.store.sqlite import SQLiteStore
+from nemori_dspy.types import Episode, SemanticEntry
+from tests.fakes import SYNTHETIC_MINI
+
+USER = "synth-1"
+
+
+@pytest.fixture
+def session1():
+    return slice_sessions(load_locomo(SYNTHETIC_MINI)[0], parse_sessions("1"))
+
+
+def test_observations_are_loaded_and_cut_to_the_built_turns():
+    conv = load_locomo(SYNTHETIC_MINI)[0]
+    assert len(conv.observations) == 25 and set(conv.session_summaries) == {1, 2, 3}
+    assert conv.observations[4].dia_ids == ["D1:13", "D1:14"]  # a list dia_id
+    golds = mq.gold_observations(conv)
+    assert len(golds) == 24  # D3:99 resolves to no turn
+    sliced = mq.gold_observations(slice_sessions(conv, parse_sessions("1-2")))
+    assert {g.session for g in sliced} == {1, 2} and len(sliced) == 18
+
+
+def test_token_overlap_and_clashes():
+    assert mq.content_recall("Noor made four bowls.", "Noor: I made four lopsided bowls") == 1.0
+    assert mq.content_recall("Lena went to a pottery workshop last week.", "Lena went to a pottery workshop.") == 1.0
+    assert mq.clash("Priya adopted a cat named Biscuit.", "Hana adopted a cat named Biscuit.") == "name"
+    assert mq.clash("Hana has collected cameras for six years.", "Hana has collected cameras for 2 years.") == "number"
+    assert mq.clash("Lena passed her test two weeks ago.", "Lena passed her test on 20 September 2022.") is None
+    assert mq.clash("Lena eats meat.", "Lena does not eat meat.") == "negation"
+    assert mq.clash("Hana is allergic to peanuts.", "Hana: I can't have the satay, I'm allergic to peanuts.") is None
+    assert mq.clash("Mireille's daughter is Claire.", "Mireille's sister is Claire.") == "relative"
+
+
+def test_matcher_with_a_deterministic_embedder_needs_both_cosine_and_overlap():
+    m = mq.FactMatcher(HashingEmbedder(512), cosine_min=0.5, recall_min=0.6, cosine_strong=0.99)
+    gold = "Elias built his first boat, a small rowing boat, in 2019."
+    assert m.matches(gold, "In 2019 Elias built his first boat, a small rowing boat.")
+    assert not m.matches(gold, "Noor built her first boat, a small rowing boat, in 2019.")  # another person
+    assert not m.matches(gold, "Elias likes boats.")  # low overlap
+    assert not m.matches(gold, "rowing boat")  # a fragment
+    assert m.match_matrix([gold, "Pepper steals socks."], ["Elias built his first boat in 2019.", "x"]).shape == (2, 2)
+
+
+def test_pairs_file_is_big_enough_and_labelled():
+    pairs = mq.load_pairs()
+    assert len(pairs) >= 60
+    assert {p["match"] for p in pairs} == {True, False}
+    assert all(isinstance(p["note"], str) and p["gold"] and p["candidate"] for p in pairs)
+
+
+def test_load_pairs_rejects_a_broken_file(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"gold": "a"}\n')
+    with pytest.raises(mq.DatasetError):
+        mq.load_pairs(bad)
+
+
+@pytest.mark.skipif(find_minilm_dir() is None, reason="all-MiniLM-L6-v2 is not on this machine")
+def test_matcher_precision_and_recall_on_the_pairs_with_minilm():
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.embedders import resolve_embedder
+
+    result = mq.validate(mq.FactMatcher(resolve_embedder(NemoriSettings())), mq.load_pairs())
+    assert result["precision"] >= 0.85 and result["recall"] >= 0.8
+    assert result["n"] == mq.VALIDATED["n"]
+    for key in ("precision", "recall", "f1"):  # the caption's figures are the ones validate prints
+        assert result[key] == pytest.approx(mq.VALIDATED[key])
+
+
+def _store(tmp_path: Path, conv) -> SQLiteStore:
+    """Session 1 of synth-1 as two episodes (D1:1-D1:10 and D1:11-D1:19) and six scripted facts."""
+    store = SQLiteStore(tmp_path / "m.sqlite3")
+    emb = HashingEmbedder(64)
+    store.check_embedder(emb.name, emb.dim)
+    stored = store.add_messages(USER, conv.messages)
+    vec = emb.embed(["x"])[0].tolist()
+    halves = [stored[:10], stored[10:]]
+    narratives = [
+        "Noor told Elias that she made four lopsided bowls and one of them holds water. Elias flew to the moon.",
+        "A faithful third-person account of what happened and what was said, naming the speakers.",
+    ]
+    eps = [Episode(id=f"ep{i}", user_id=USER, cue=f"cue {i}", narrative=narratives[i], message_ids=[m.id for m in h],
+                   start=h[0].timestamp, end=h[-1].timestamp, vector=vec) for i, h in enumerate(halves)]
+    store.commit_window(USER, 0, eps, [])
+    facts = {"ep0": ["Elias built his first boat, a small rowing boat, in 2019.",  # supported, matches gold
+                     "reading",  # fragment
+                     "Elias owns a submarine."],  # unsupported
+             "ep1": ["relationships",  # junk (and fragment)
+                     "Noor has worked on the children's ward for four years.",  # supported, matches gold
+                     "You should be proud. What made you pick up pottery?"]}  # verbatim copy of D1:15
+    for ep, texts in facts.items():
+        store.commit_distillation(USER, ep, [SemanticEntry(id=f"{ep}-{k}", user_id=USER, text=t, vector=vec,
+                                                           source_episode_ids=[ep]) for k, t in enumerate(texts)], [])
+    return store
+
+
+def _matcher() -> mq.FactMatcher:
+    return mq.FactMatcher(HashingEmbedder(512), cosine_min=0.4, recall_min=0.6, cosine_strong=0.99)
+
+
+def test_audit_of_a_scripted_memory(tmp_path, session1):
+    store = _store(tmp_path, session1)
+    audit = mq.audit_memory(store, session1, _matcher())
+    m = audit.metrics
+    assert (m.sessions, m.messages, m.episodes, m.entries, m.gold) == (1, 19, 2, 6, 9)
+    assert m.gold_matched == 2 and m.fact_recall == pytest.approx(2 / 9)
+    verdict = {f.text: f for f in audit.facts}
+    assert verdict["Elias built his first boat, a small rowing boat, in 2019."].counts_as_support
+    assert verdict["reading"].fragment and not verdict["reading"].counts_as_support
+    assert not verdict["Elias owns a submarine."].supported
+    assert verdict["relationships"].junk == "instruction_echo"
+    assert verdict["You should be proud. What made you pick up pottery?"].copy_of_message
+    assert m.entries_supported == 2 and m.fact_support == pytest.approx(2 / 6)
+    assert (m.fragments, m.copies, m.junk_entries, m.junk_narratives) == (2, 1, 1, 1)
+    assert m.junk_reasons == {"entry:instruction_echo": 1, "narrative:instruction_echo": 1}
+    first = audit.narratives[0]
+    assert first.supported == [True, False]  # the moon trip is not in the messages
+    assert m.narrative_sentences == 3 and m.sentences_supported == 1
+    assert m.gold_located == 9 and 1 <= m.gold_covered <= 2  # ep0 states the bowls (and the class)
+    assert m.episodes_per_session == 2 and m.messages_per_episode == 9.5 and m.facts_per_episode == 3
+    store.close()
+
+
+def test_aggregate_pools_counts_and_the_table_and_metrics_show_them(tmp_path, session1):
+    store = _store(tmp_path, session1)
+    row = mq.audit_memory(store, session1, _matcher()).metrics
+    other = row.model_copy(update={"sample_id": "other", "gold": 1, "gold_matched": 1})
+    agg = mq.aggregate([row, other])
+    assert agg.gold == 10 and agg.fact_recall == pytest.approx(3 / 10)
+    assert agg.junk_reasons["entry:instruction_echo"] == 2
+    q = mq.MemoryQuality(system="nemori", conversations=[row, other], aggregate=agg)
+    table = mq.memory_table([q])
+    assert "fact recall" in table and "all" in table and "22.2" in table and "30.0" in table
+    summary = {"memory": {"systems": {"nemori": q.model_dump()}, "caption": "c", "table": table}}
+    metrics = mq.memory_metrics(summary)
+    assert metrics["memory.fact_recall"] == pytest.approx(0.3) and metrics["memory.nemori.junk_entries"] == 2
+    assert "fact_support" in json.dumps(summary) and mq.memory_summary_text(summary).startswith("\nMemory (c)")
+    store.close()
+
+
+def test_memory_report_records_the_table(tmp_path, session1):
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.eval.systems import SYSTEMS
+    from nemori_dspy.memory import Memory
+
+    store = _store(tmp_path, session1)
+    memory = Memory(store, HashingEmbedder(64), NemoriSettings())
+
+    class Provider:
+        def memory(self, system):
+            return memory
+
+    report = mq.memory_report(Provider(), [session1], [SYSTEMS["nemori"], SYSTEMS["nemori-no-consolidation"],
+                                                       SYSTEMS["no-memory"]])
+    assert list(report["systems"]) == ["nemori", "nemori-no-consolidation"]
+    assert "precision" in report["caption"] and "hashing-64" in report["caption"]
+    tables = tmp_path / "tables.md"
+    tables.write_text("## Scores\n")
+    assert mq.record_memory({"memory": report}, tables) is report
+    assert "## Memory (" in tables.read_text() and "nemori-no-consolidation" in tables.read_text()
+    assert mq.record_memory({}, tables) is None
+    no_gold = session1.model_copy(update={"observations": []})
+    assert mq.memory_report(Provider(), [no_gold], [SYSTEMS["nemori"]]) is None
+    store.close()
+
+
+def test_inspect_prints_metrics_narratives_and_facts(tmp_path, session1, capsys):
+    _store(tmp_path, session1).close()
+    code = mq.main(["inspect", "--db", str(tmp_path / "m.sqlite3"), "--data", str(SYNTHETIC_MINI),
+                    "--conversations", USER, "--sessions", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "fact recall" in out and "cue 0" in out and "Elias flew to the moon." in out
+    assert "JUNK:instruction_echo" in out and "FRAGMENT" in out and "COPY" in out and "= gold:" in out
+    assert mq.main(["inspect", "--db", str(tmp_path / "none.sqlite3"), "--data", str(SYNTHETIC_MINI),
+                    "--conversations", USER]) == 2
