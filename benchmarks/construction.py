@@ -19,11 +19,13 @@ extend instead of building again. Per configuration it reports:
   (raw messages left out: they always hold the answer); answer coverage in context: the same in the answer
   context ``ResponseGeneration.context`` renders, and that context's mean tokens.
 
-With ``--answer`` every question of the slice (at most ``--max-questions`` per conversation, evenly spaced) is
-also answered through the eval's own path (``eval.runner.answer_and_score``: the configuration's answer context →
+With ``--answer`` every question of the slice (at most ``--max-questions`` per conversation, stratified by
+category as ``eval locomo`` samples them: ``eval.locomo.stratified_questions``) is also answered through the eval's own path (``eval.runner.answer_and_score``: the configuration's answer context →
 P_ans) and scored with token F1 and, with ``--judge-model``, the LLM judge; each configuration's judge, F1 and
 evidence recall@k then get a mean with its 95% CI, side by side, and each row says whether its means lie inside
-the CIs of the first configuration (issue 10: the default within the paper-faithful configuration's CIs).
+the CIs of the first configuration (issue 10: the default within the paper-faithful configuration's CIs), and
+each configuration is paired with the first on the questions both answered (issue 19: the difference with its
+paired bootstrap 95% CI and, for the judge, wins/losses and the exact McNemar p; ``eval.metrics.paired_stats``).
 Targets are printed for people to read; nothing is asserted on timings. Writes
 ``<out>/construction-<lm>-<time>.json`` with the table, every figure, the settings of each configuration and the
 machine description (``benchmarks.machine``).
@@ -46,8 +48,8 @@ import dspy
 from benchmarks.machine import describe_machine
 from nemori_dspy.config import PAPER_FAITHFUL, NemoriSettings
 from nemori_dspy.embedders import Embedder, HashingEmbedder, resolve_embedder
-from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo, parse_sessions, slice_sessions
-from nemori_dspy.eval.metrics import evidence_recall_at_k, mean_ci95
+from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo, parse_sessions, slice_sessions, stratified_questions
+from nemori_dspy.eval.metrics import evidence_recall_at_k, format_p, mean_ci95, paired_stats
 from nemori_dspy.eval.runner import CONSTRUCTION_STAGES, answer_and_score, ingest_conversation
 from nemori_dspy.formatting import count_tokens
 from nemori_dspy.memory import Memory
@@ -56,7 +58,7 @@ from nemori_dspy.testing import ScriptedLM, default_responders
 from nemori_dspy.usage import Usage, UsageLedger  # noqa: F401 (Usage: per-stage figures)
 
 __all__ = ["CONFIGS", "TARGETS", "ConfigResult", "AnswerOptions", "run", "table", "score_table", "within", "spaced",
-           "main", "answer_coverage"]
+           "main", "answer_coverage", "pair_with_first", "paired_score_table"]
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "synthetic_locomo.json"
 
@@ -129,6 +131,10 @@ class ConfigResult:
     scores: dict[str, list[float]] = field(default_factory=dict)
     answered: int = 0
     answers_failed: int = 0
+    #: with ``--answer``: one {sample_id, index, category, judge?, f1, recall_at_<k>} per answered question
+    per_question: list[dict[str, Any]] = field(default_factory=list)
+    #: with ``--answer``, every configuration but the first: metric → ``eval.metrics.paired_compare`` vs the first
+    paired: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _settings(base: dict[str, Any], name: str) -> NemoriSettings:
@@ -177,7 +183,7 @@ def _answers(memory: Memory, conv: LoCoMoConversation, judge: Any, max_questions
     """Rows of ``eval.runner.answer_and_score`` for the scored questions of ``conv`` (categories 1-4)."""
     from nemori_dspy.eval.locomo import SCORED_CATEGORIES
 
-    qs = spaced([q for q in conv.questions if q.category in SCORED_CATEGORIES], max_questions)
+    qs = stratified_questions([q for q in conv.questions if q.category in SCORED_CATEGORIES], max_questions)
     return [answer_and_score(memory, conv, q, judge) for q in qs]
 
 
@@ -228,7 +234,26 @@ def run_config(name: str, settings: NemoriSettings, embedder: Embedder, conversa
                         settings={f: getattr(settings, f) for f in (*PAPER_FAITHFUL, "consolidation_min_similarity")},
                         counters={c: mine.counters[c] for c in SWITCH_COUNTERS if mine.counters.get(c, 0)},
                         scores=_scores(rows, k), answered=len(rows),
-                        answers_failed=sum(1 for r in rows if r.get("answer_error")))
+                        answers_failed=sum(1 for r in rows if r.get("answer_error")),
+                        per_question=[_per_question(r, k) for r in rows])
+
+
+def _per_question(row: dict[str, Any], k: int) -> dict[str, Any]:
+    """The fields of an answer row that pairing needs (the question's id, category and scores)."""
+    keys = ("sample_id", "index", "category", "judge", "f1", f"recall_at_{k}")
+    return {key: row[key] for key in keys if key in row}
+
+
+def pair_with_first(results: list[ConfigResult], k: int = 10) -> None:
+    """Fill each result's ``paired`` (all but the first): per metric (judge, F1, recall@k) the paired difference
+    against the first configuration on the questions both answered (``eval.metrics.paired_stats``; scores in
+    [0, 1]). Results without answers are left empty."""
+    if not results:
+        return
+    rows = [{**q, "system": r.name} for r in results for q in r.per_question]
+    vs = paired_stats(rows, [r.name for r in results], metrics=["judge", "f1", f"recall_at_{k}"])["vs"]
+    for r in results[1:]:
+        r.paired = vs.get(r.name, {})
 
 
 @contextmanager
@@ -288,6 +313,7 @@ def run(data: Path, sessions: str | None, conversations: list[str] | None, lm: s
             done[name] = res
             if name in configs:
                 results.append(res)
+                pair_with_first(sorted(results, key=lambda r: configs.index(r.name)), k)
                 if on_result is not None:
                     on_result(sorted(results, key=lambda r: configs.index(r.name)), label)
             if progress:
@@ -321,6 +347,8 @@ def table(results: list[ConfigResult], k: int = 10) -> str:
               for r in results]
     if any(r.scores for r in results):
         lines += ["", score_table(results, k)]
+    if any(r.paired for r in results):
+        lines += ["", paired_score_table(results)]
     return "\n".join(lines)
 
 
@@ -351,6 +379,23 @@ def score_table(results: list[ConfigResult], k: int = 10) -> str:
     return "\n".join(lines)
 
 
+def paired_score_table(results: list[ConfigResult]) -> str:
+    """Markdown table of each configuration paired with the first (``ConfigResult.paired``, ×100): n, both means,
+    the difference with its paired bootstrap 95% CI, and for the judge wins/losses and the exact McNemar p."""
+    ref = results[0].name if results else ""
+    lines = [f"paired with {ref} on the questions both answered (×100; B − A with its paired bootstrap 95% CI; "
+             "judge: B wins / A wins and exact McNemar p)", "",
+             "| configuration B | vs A | metric | n | A | B | B − A [95% CI] | B wins / A wins | McNemar p |",
+             "|" + "---|" * 9]
+    for r in results[1:]:
+        for metric, s in r.paired.items():
+            wl = f"{s['wins']} / {s['losses']}" if "wins" in s else "—"
+            lines.append(f"| {r.name} | {ref} | {metric} | {s['n']} | {100 * s['mean_a']:.1f} | {100 * s['mean_b']:.1f} "
+                         f"| {100 * s['diff']:+.1f} [{100 * s['low']:+.1f}, {100 * s['high']:+.1f}] | {wl} | "
+                         f"{format_p(s.get('mcnemar_p')) if 'mcnemar_p' in s else '—'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo-format JSON (default: the synthetic one)")
@@ -363,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge-model", default=None, help="with --answer: the LLM judge (e.g. local:1.5b); "
                     "default: no judge, F1 and recall only")
     ap.add_argument("--max-questions", type=int, default=None, help="with --answer: at most N questions per "
-                    "conversation, evenly spaced (default: all)")
+                    "conversation, stratified by category (default: all)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     a = ap.parse_args(argv)
     ids = [s.strip() for s in a.conversations.split(",")] if a.conversations else None

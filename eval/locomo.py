@@ -32,6 +32,7 @@ __all__ = [
     "parse_sessions",
     "slice_sessions",
     "session_of",
+    "stratified_questions",
     "LoCoMoObservation",
 ]
 
@@ -318,3 +319,32 @@ def slice_sessions(conv: LoCoMoConversation, sessions: SessionSlice | None) -> L
     msgs = [m for m in conv.messages if session_of(m.id) in sessions]
     qs = [q for q in conv.questions if q.evidence and all(session_of(e) in sessions for e in q.evidence)]
     return conv.model_copy(update={"messages": msgs, "questions": qs})
+
+
+def stratified_questions(questions: list[LoCoMoQuestion], max_questions: int | None) -> list[LoCoMoQuestion]:
+    """At most ``max_questions`` of ``questions``, stratified by category (deterministic, no randomness).
+
+    Slots are dealt round-robin over the categories present (in ascending category code), each category
+    giving its questions in their given order; a category that runs out is skipped, so its unused share goes
+    to the categories with questions left. Each of k categories thus gets ``max_questions // k`` or one more
+    (fewer only if it has fewer). The chosen questions come back in their original order.
+
+    ``max_questions=None`` (or not smaller than the list) returns every question; 0 returns none.
+
+    Raises:
+        ValueError: ``max_questions`` is negative.
+    """
+    if max_questions is None or max_questions >= len(questions):
+        return list(questions)
+    if max_questions < 0:
+        raise ValueError(f"max_questions must be >= 0 or None, got {max_questions}")
+    queues: dict[int, list[int]] = {}
+    for pos, q in enumerate(questions):
+        queues.setdefault(q.category, []).append(pos)
+    order = [queues[c][::-1] for c in sorted(queues)]  # reversed: pop() takes the earliest question
+    chosen: list[int] = []
+    while len(chosen) < max_questions:
+        for queue in order:
+            if queue and len(chosen) < max_questions:
+                chosen.append(queue.pop())
+    return [questions[pos] for pos in sorted(chosen)]

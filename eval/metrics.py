@@ -10,7 +10,8 @@ Definitions follow ``shared/data/locomo/README.md`` ("Scoring conventions"):
 
 All scores are floats in [0, 1]. Tables (:func:`category_table` with 95% CIs,
 :func:`cost_table`, the per-stage "Table 9" layout, :func:`answer_time_table`, the per-system
-"Table 4" layout) are plain text.
+"Table 4" layout) are plain text. Paired statistics (:func:`paired_bootstrap`, :func:`mcnemar_exact`,
+:func:`paired_table`) compare two systems on the questions both answered.
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ __all__ = [
     "token_shares",
     "cost_table",
     "answer_time_table",
+    "PAIRED_METRICS",
+    "paired_bootstrap",
+    "mcnemar_exact",
+    "paired_compare",
+    "paired_scores",
+    "paired_stats",
+    "paired_table",
+    "paired_table_from_stats",
+    "paired_line",
+    "format_p",
 ]
 
 _TOKENIZER = NLTKWordTokenizer()
@@ -460,3 +471,203 @@ def answer_time_table(rows: list[dict], systems: list[str] | None = None) -> str
         body.append([system, str(len(mine)), _mean_of(mine, key),
                      _mean_of(mine, "search_ms"), _mean_of(mine, "total_ms")])
     return format_table(["system", "n", "context tokens", "search ms", "total ms"], body, key_cols=1)
+
+
+# ---------------------------------------------------------------- paired statistics (two systems, same questions)
+
+PAIRED_METRICS = ["judge", "judge_strict", "f1", "bleu1", "recall_at_10"]
+"""Metrics :func:`paired_stats` compares by default (those present in the rows); ``judge*`` are 0/1 scores."""
+
+_BOOTSTRAP_CHUNK = 1000  # resamples drawn at once: bounds memory at chunk × n floats
+
+
+def paired_bootstrap(a: list[float], b: list[float], n_resamples: int = 10_000,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """Mean paired difference ``mean(b − a)`` and its 95% percentile bootstrap CI.
+
+    Args:
+        a, b: one score per question, paired by position (same length n; e.g. judge 0/1 or F1 in [0, 1]).
+        n_resamples: bootstrap resamples of the n question indices (drawn with replacement, the same indices
+            for ``a`` and ``b``: the pairing is kept).
+        seed: seed of ``numpy.random.default_rng`` (same inputs and seed → same interval).
+
+    Returns:
+        ``(mean_diff, low, high)`` in the scores' unit (a difference of [0, 1] scores lies in [-1, 1]); low/high
+        are the 2.5th/97.5th percentiles of the resampled mean differences. Empty input → (0.0, 0.0, 0.0); one
+        pair d → (d, d, d).
+
+    Raises:
+        ValueError: ``a`` and ``b`` differ in length, or ``n_resamples`` < 1.
+    """
+    import numpy as np
+
+    if len(a) != len(b):
+        raise ValueError(f"paired scores need equal lengths, got {len(a)} and {len(b)}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    diff = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    if diff.size == 0:
+        return 0.0, 0.0, 0.0
+    mean = float(diff.mean())
+    if diff.size == 1:
+        return mean, mean, mean
+    rng = np.random.default_rng(seed)
+    means = np.concatenate([diff[rng.integers(0, diff.size, size=(min(_BOOTSTRAP_CHUNK, n_resamples - i), diff.size))]
+                            .mean(axis=1) for i in range(0, n_resamples, _BOOTSTRAP_CHUNK)])
+    low, high = np.percentile(means, [2.5, 97.5])
+    return mean, float(low), float(high)
+
+
+def mcnemar_exact(a_correct: list[bool], b_correct: list[bool]) -> float:
+    """Exact two-sided McNemar p-value for two systems' right/wrong on the same questions.
+
+    Only discordant pairs count: ``a_only`` = a right and b wrong, ``b_only`` = b right and a wrong. Under the
+    null hypothesis each discordant pair is a fair coin, so p = min(1, 2 · P(X ≤ min(a_only, b_only))) with
+    X ~ Binomial(a_only + b_only, 1/2) (the exact sum with ``math.comb``). No discordant pair → 1.0.
+
+    Args:
+        a_correct, b_correct: one bool (or 0/1) per question, paired by position.
+
+    Returns:
+        p in (0, 1].
+
+    Raises:
+        ValueError: the lists differ in length.
+    """
+    if len(a_correct) != len(b_correct):
+        raise ValueError(f"paired outcomes need equal lengths, got {len(a_correct)} and {len(b_correct)}")
+    a_only = sum(1 for x, y in zip(a_correct, b_correct) if bool(x) and not bool(y))
+    b_only = sum(1 for x, y in zip(a_correct, b_correct) if bool(y) and not bool(x))
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1))
+    return min(1.0, 2 * tail / 2 ** n)
+
+
+def _binary(values: list[float]) -> bool:
+    return all(v in (0.0, 1.0) for v in values)
+
+
+def paired_compare(a: list[float], b: list[float], binary: bool | None = None, n_resamples: int = 10_000,
+                   seed: int = 0) -> dict[str, Any]:
+    """Paired comparison of two score lists (same questions, same order).
+
+    Args:
+        a, b: scores in [0, 1], paired by position (equal length).
+        binary: add McNemar for 0/1 scores (``None``: when every value of both lists is 0 or 1).
+        n_resamples, seed: of :func:`paired_bootstrap`.
+
+    Returns:
+        ``{"n", "mean_a", "mean_b", "diff", "low", "high"}`` (means and the ``b − a`` difference with its 95%
+        bootstrap CI, all in the scores' unit, not ×100) and, when binary, ``"wins"`` (b right, a wrong),
+        ``"losses"`` (a right, b wrong) and ``"mcnemar_p"`` (:func:`mcnemar_exact`).
+
+    Raises:
+        ValueError: the lists differ in length.
+    """
+    diff, low, high = paired_bootstrap(a, b, n_resamples, seed)
+    n = len(a)
+    out: dict[str, Any] = {"n": n, "mean_a": sum(a) / n if n else 0.0, "mean_b": sum(b) / n if n else 0.0,
+                           "diff": diff, "low": low, "high": high}
+    if binary if binary is not None else (n > 0 and _binary([*a, *b])):
+        out.update(wins=sum(1 for x, y in zip(a, b) if y and not x),
+                   losses=sum(1 for x, y in zip(a, b) if x and not y),
+                   mcnemar_p=mcnemar_exact([bool(x) for x in a], [bool(y) for y in b]))
+    return out
+
+
+def paired_scores(rows: list[dict], system_a: str, system_b: str, metric: str,
+                  groups: list[Group] | None = None) -> tuple[list[float], list[float]]:
+    """The ``metric`` values of two systems on the questions both answered with a value, paired.
+
+    Rows are paired by ``(sample_id, index)`` (LongMemEval rows: ``(question_id, 0)``); only rows in some group
+    of ``groups`` (default :data:`LOCOMO_GROUPS`, categories 1-4, as the score tables) count, and a question
+    is dropped when either system's value is missing or ``None``. Returns ``(a, b)`` in ``a``'s row order.
+    """
+    groups = groups if groups is not None else LOCOMO_GROUPS
+
+    def by_question(system: str) -> dict[tuple[Any, Any], float]:
+        return {(r.get("sample_id"), r.get("index")): float(r[metric]) for r in rows
+                if _system(r) == system and r.get(metric) is not None and any(m(r) for _, m in groups)}
+
+    a, b = by_question(system_a), by_question(system_b)
+    keys = [k for k in a if k in b]
+    return [a[k] for k in keys], [b[k] for k in keys]
+
+
+def paired_stats(rows: list[dict], systems: list[str] | None = None, baseline: str | None = None,
+                 metrics: list[str] | None = None, groups: list[Group] | None = None,
+                 n_resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """Every system against one baseline on the questions both answered (the dict form of :func:`paired_table`).
+
+    Args:
+        rows: ``results.jsonl`` rows (``system``, ``sample_id``, ``index``, ``category``, metric values).
+        systems: systems to compare, in order (default: in order of appearance); ``baseline`` defaults to the
+            first.
+        metrics: default :data:`PAIRED_METRICS`; a metric no pair has a value for is left out. ``judge*``
+            metrics (0/1) also get wins, losses and the exact McNemar p.
+        groups: row groups the questions must belong to (default categories 1-4).
+        n_resamples, seed: of :func:`paired_bootstrap`.
+
+    Returns:
+        ``{"baseline": name, "vs": {system: {metric: paired_compare(...)}}}`` (scores in [0, 1]); ``vs`` is
+        empty with fewer than two systems.
+    """
+    systems = systems if systems is not None else _systems(rows)
+    base = baseline if baseline is not None else (systems[0] if systems else "")
+    out: dict[str, Any] = {"baseline": base, "vs": {}}
+    for system in (s for s in systems if s != base):
+        for metric in metrics if metrics is not None else PAIRED_METRICS:
+            a, b = paired_scores(rows, base, system, metric, groups)
+            if a:
+                out["vs"].setdefault(system, {})[metric] = paired_compare(
+                    a, b, binary=metric.startswith("judge") and _binary([*a, *b]), n_resamples=n_resamples, seed=seed)
+    return out
+
+
+def format_p(p: float | None) -> str:
+    """A p-value as printed: 3 decimals, ``<0.001`` below that, ``-`` for None."""
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def paired_line(name: str, stats: dict[str, Any], label_a: str = "A", label_b: str = "B") -> str:
+    """One line for a printed report: ``"judge: B−A +12.5 [+2.5, +22.5] (n=40; 9 wins / 4 losses, McNemar
+    p=0.267)"`` from :func:`paired_compare` (×100)."""
+    s = stats
+    mc = (f"; {s['wins']} {label_b} wins / {s['losses']} {label_a} wins, McNemar p={format_p(s['mcnemar_p'])}"
+          if "mcnemar_p" in s else "")
+    return (f"{name}: {label_b}−{label_a} {100 * s['diff']:+.1f} [{100 * s['low']:+.1f}, {100 * s['high']:+.1f}] "
+            f"({label_a} {100 * s['mean_a']:.1f}, {label_b} {100 * s['mean_b']:.1f}, n={s['n']}{mc})")
+
+
+def paired_table_from_stats(stats: dict[str, Any]) -> str:
+    """:func:`paired_table`'s text from :func:`paired_stats`'s dict (e.g. ``summary["paired"]``)."""
+    base = stats["baseline"]
+    body = []
+    for system, by_metric in stats["vs"].items():
+        for metric, s in by_metric.items():
+            wl = f"{s['wins']}/{s['losses']}" if "wins" in s else "-"
+            body.append([system, base, metric, str(s["n"]), f"{100 * s['mean_a']:.1f}", f"{100 * s['mean_b']:.1f}",
+                         f"{100 * s['diff']:+.1f} [{100 * s['low']:+.1f}, {100 * s['high']:+.1f}]", wl,
+                         format_p(s.get("mcnemar_p"))])
+    if not body:
+        return "(no system pair answered the same questions)"
+    header = ["system B", "baseline A", "metric", "n", "A", "B", "B−A [95% CI]", "B wins/A wins", "McNemar p"]
+    return format_table(header, body, key_cols=3)
+
+
+def paired_table(rows: list[dict], systems: list[str] | None = None, baseline: str | None = None,
+                 metrics: list[str] | None = None, groups: list[Group] | None = None,
+                 n_resamples: int = 10_000, seed: int = 0) -> str:
+    """Plain-text paired comparison of each system against ``baseline`` (default: the first system).
+
+    Per (system, metric), over the questions both answered (:func:`paired_scores`): ``n``, each mean ×100, the
+    difference B − A ×100 with its paired bootstrap 95% CI, and for the 0/1 judge the wins/losses (B right & A
+    wrong / A right & B wrong) with the exact McNemar p (``-`` for other metrics). A CI that excludes 0 (or
+    p < 0.05) is a difference these questions can tell; a CI that straddles 0 is not. Arguments as
+    :func:`paired_stats`.
+    """
+    return paired_table_from_stats(paired_stats(rows, systems, baseline, metrics, groups, n_resamples, seed))

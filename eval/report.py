@@ -24,7 +24,8 @@ from nemori_dspy.eval.longmemeval import QUESTION_TYPES
 from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.metrics import cost_table, format_table
 
-__all__ = ["report", "compare", "parse_metrics", "audit_metrics", "scores_from_answers", "ROW_METRICS"]
+__all__ = ["report", "compare", "parse_metrics", "audit_metrics", "scores_from_answers", "ROW_METRICS", "paired_runs",
+           "paired_runs_table"]
 
 #: row order: LoCoMo categories, LongMemEval question types and abstention, overall, LongMemEval's task average.
 CATEGORIES = [*(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES), *QUESTION_TYPES, "abstention", "overall", "task-averaged"]
@@ -269,6 +270,70 @@ def _ci_cell(mean: float, low: float, high: float, n: int | None) -> str:
     return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]" + (f" n={n}" if n is not None else "")
 
 
+def _groups_of(run: Any, rows: list[dict[str, Any]]) -> list[Any] | None:
+    """The row groups of an eval run's tables: LongMemEval's question types for a LongMemEval run, else None
+    (LoCoMo categories 1-4)."""
+    if run.data.params.get("benchmark") != "longmemeval":
+        return None
+    from nemori_dspy.eval.longmemeval_runner import LONGMEMEVAL_GROUPS
+
+    return [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in rows)]
+
+
+def paired_runs(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]],
+                groups: list[Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Two runs' answers to the same questions, paired per system (``eval.metrics.paired_stats``).
+
+    Args:
+        rows_a, rows_b: answer rows (``results.jsonl`` / ``answers.json``) of run A and run B.
+        groups: row groups the questions must belong to (None: LoCoMo categories 1-4).
+
+    Returns:
+        ``{label: {metric: paired_compare stats}}`` (B − A, scores in [0, 1]); ``label`` is each system both runs
+        answered with, or ``"<system A> → <system B>"`` when each run has a single system and the names differ.
+        Questions are paired by ``(sample_id, index)``; ``{}`` when no question was answered in both.
+    """
+    from nemori_dspy.eval.metrics import paired_stats
+
+    sys_a = list(dict.fromkeys(str(r.get("system", "nemori")) for r in rows_a))
+    sys_b = list(dict.fromkeys(str(r.get("system", "nemori")) for r in rows_b))
+    pairs = [(s, s, s) for s in sys_a if s in sys_b]
+    if not pairs and len(sys_a) == len(sys_b) == 1:
+        pairs = [(f"{sys_a[0]} → {sys_b[0]}", sys_a[0], sys_b[0])]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, a, b in pairs:
+        rows = ([{**r, "system": "A"} for r in rows_a if str(r.get("system", "nemori")) == a]
+                + [{**r, "system": "B"} for r in rows_b if str(r.get("system", "nemori")) == b])
+        vs = paired_stats(rows, ["A", "B"], groups=groups)["vs"].get("B")
+        if vs:
+            out[label] = vs
+    return out
+
+
+def paired_runs_table(paired: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """:func:`paired_runs` as text: system, metric, n, A, B (×100), B − A [95% CI], B wins/A wins, McNemar p."""
+    from nemori_dspy.eval.metrics import format_p
+
+    body = [[label, metric, str(s["n"]), f"{100 * s['mean_a']:.1f}", f"{100 * s['mean_b']:.1f}",
+             f"{100 * s['diff']:+.1f} [{100 * s['low']:+.1f}, {100 * s['high']:+.1f}]",
+             f"{s['wins']}/{s['losses']}" if "wins" in s else "-", format_p(s.get("mcnemar_p"))]
+            for label, by_metric in paired.items() for metric, s in by_metric.items()]
+    header = ["system", "metric", "n", "A", "B", "B−A [95% CI]", "B wins/A wins", "McNemar p"]
+    return format_table(header, body, key_cols=2) if body else "(no question answered in both runs)"
+
+
+def _paired_section(client: Any, a: Any, b: Any) -> list[str]:
+    """The compare report's paired section: both eval runs' answer rows paired (nothing for optimize runs)."""
+    head = ("## Paired differences B − A on the questions both runs answered (×100; paired bootstrap 95% CI; "
+            "judge: exact McNemar p)")
+    if _is_optimize(a) or _is_optimize(b):
+        return ["", head, "(an optimize run has no answer rows: its dev before/after pairing is printed by optimize)"]
+    rows_a, rows_b = _rows_of(client, a), _rows_of(client, b)
+    if not rows_a or not rows_b:
+        return ["", head, "(a run logged no answer rows: results.jsonl / answers.json)"]
+    return ["", head, paired_runs_table(paired_runs(rows_a, rows_b, _groups_of(a, rows_a)))]
+
+
 def _eval_cells(client: Any, run: Any) -> Cells:
     """Score cells of an eval run: ``(system/metric, category)`` → mean [95% CI] n, from its answer rows
     (``eval.metrics.category_scores``); without rows, the logged means (no CI)."""
@@ -277,11 +342,7 @@ def _eval_cells(client: Any, run: Any) -> Cells:
     rows = _rows_of(client, run)
     cells: Cells = {}
     if rows:
-        groups = None
-        if run.data.params.get("benchmark") == "longmemeval":
-            from nemori_dspy.eval.longmemeval_runner import LONGMEMEVAL_GROUPS
-
-            groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in rows)]
+        groups = _groups_of(run, rows)
         metrics = [m for m in ("judge", "judge_strict", "f1", "bleu1", "f1_locomo")
                    if any(isinstance(r.get(m), (int, float)) for r in rows)]
         for metric in metrics:
@@ -360,7 +421,8 @@ def compare(tracking_uri: str, run_a: str | None, run_b: str, experiment: str = 
         run_b: the second run. Either may be an eval run (scores from its answer rows: mean ×100 [95% CI] n)
             or an optimize run (its ``<stage>.dev.before/after`` metrics).
     Returns:
-        The text: a header per run, a score table (rows = system + metric × category, columns A, B), a
+        The text: a header per run, a score table (rows = system + metric × category, columns A, B), the
+        paired differences B − A of two eval runs over the questions both answered (:func:`paired_runs`), a
         construction cost table per run (``eval.metrics.cost_table``) and a prompt table (stage, hash and
         registry version in A and B, ``same`` / ``DIFFERS``).
     Raises:
@@ -377,6 +439,7 @@ def compare(tracking_uri: str, run_a: str | None, run_b: str, experiment: str = 
     body = [[label, cat, ca.get((label, cat), "-"), cb.get((label, cat), "-")] for label, cat in keys]
     parts = [f"A: {_run_label(a)}", f"B: {_run_label(b)}", "", "## Scores (×100, mean [95% CI] n)",
              format_table(["system / metric", "category", "A", "B"], body, key_cols=2) if body else "(no scores)"]
+    parts += _paired_section(client, a, b)
     for label, run in (("A", a), ("B", b)):
         cost = _construction_cost(run)
         local = run.data.params.get("config.model") == "local"

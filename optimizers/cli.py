@@ -168,6 +168,11 @@ def print_results(results: list[Any], out: Path, seconds: float, construction: d
         print(f"\n[{r.stage}] dev (held-out conversations), {r.n_train} train / {r.n_dev} dev examples:")
         print(f"    before {r.before.cell()}")
         print(f"    after  {r.after.cell()}   ({delta:+.1f} points)")
+        paired = r.paired() if hasattr(r, "paired") else None  # same dev examples before and after
+        if paired:
+            from nemori_dspy.eval.metrics import paired_line
+
+            print("    " + paired_line("paired", paired, "before", "after"))
         for cat, c in r.by_category.items():
             print(f"    {cat:<12} n={c['n']:<3} before {100 * c['before']:.1f}  after {100 * c['after']:.1f}")
         print(f"  cost of optimizing ({r.seconds / 60:.1f} min):")

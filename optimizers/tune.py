@@ -161,10 +161,19 @@ class StageResult:
     seconds: float
     by_category: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def paired(self) -> dict[str, Any] | None:
+        """After vs before on the same dev examples (``eval.metrics.paired_compare``: mean difference after −
+        before with its paired bootstrap 95% CI; wins/losses and exact McNemar p when the scores are 0/1); None
+        when the per-example scores do not pair (different lengths, none)."""
+        from nemori_dspy.eval.metrics import paired_compare
+
+        a, b = self.before.scores, self.after.scores
+        return paired_compare(a, b) if a and len(a) == len(b) else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "n_train": self.n_train, "n_dev": self.n_dev, "before": self.before.model_dump(),
                 "after": self.after.model_dump(), "changes": self.changes, "cost": self.cost,
-                "seconds": round(self.seconds, 1), "by_category": self.by_category}
+                "seconds": round(self.seconds, 1), "by_category": self.by_category, "paired": self.paired()}
 
 
 def _categories(dev: list[dspy.Example], before: DevScore, after: DevScore) -> dict[str, dict[str, float]]:

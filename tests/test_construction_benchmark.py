@@ -70,3 +70,21 @@ def test_spaced_takes_evenly_spread_items():
 
     assert spaced(list(range(10)), 3) == [0, 4, 9] and spaced([1, 2], 5) == [1, 2] and spaced([1, 2], None) == [1, 2]
     assert within([50.0, 40.0, 60.0], [55.0, 45.0, 65.0]) and not within([30.0, 20.0, 40.0], [55.0, 45.0, 65.0])
+
+
+def test_answer_mode_pairs_each_configuration_with_the_first_on_the_same_questions(tmp_path, capsys):
+    assert main(["--data", str(SYNTHETIC_LOCOMO), "--sessions", "1-2", "--configs", "paper,narrate-batched",
+                 "--answer", "--max-questions", "4", "--out", str(tmp_path)]) == 0
+    out = json.loads(next(tmp_path.glob("construction-scripted-*.json")).read_text())
+    paper, batched = out["results"]
+    assert paper["paired"] == {} and set(batched["paired"]) == {"judge", "f1", "recall_at_10"}
+    judge = batched["paired"]["judge"]
+    assert judge["n"] == paper["answered"] == batched["answered"]  # every question answered by both
+    assert {"wins", "losses", "mcnemar_p"} <= set(judge) and "mcnemar_p" not in batched["paired"]["f1"]
+    assert judge["low"] <= judge["diff"] <= judge["high"]
+    # the answered questions are a stratified sample: every category of the slice is represented
+    cats = {q["category"] for q in paper["per_question"]}
+    assert len(cats) == len({q["category"] for q in batched["per_question"]}) and len(cats) > 1
+    printed = capsys.readouterr().out
+    assert "| configuration B | vs A | metric | n | A | B | B − A [95% CI] | B wins / A wins | McNemar p |" in printed
+    assert "| narrate-batched | paper | judge |" in printed

@@ -328,3 +328,156 @@ def test_evidence_recall_keeps_ids_of_other_benchmarks_and_drops_malformed_dia_i
     assert evidence_recall_at_k(ranked, ["answer_bike_1:1", "answer_bike_1:3"], 1) == 0.5
     assert evidence_recall_at_k(ranked, ["answer_bike_1:1", "answer_bike_1:3"], 2) == 1.0
     assert evidence_recall_at_k([["D1:3"]], ["D1:03", "D", "D:11:26"], 1) == 1.0
+
+
+# ------------------------------------------------------------------ paired statistics (issue 19)
+
+def _rows(system: str, judge: list[float], f1: list[float] | None = None, sample: str = "c1") -> list[dict]:
+    f1 = f1 if f1 is not None else [0.5] * len(judge)
+    return [{"system": system, "sample_id": sample, "index": i, "category": 1 + i % 4, "judge": j, "f1": f}
+            for i, (j, f) in enumerate(zip(judge, f1))]
+
+
+def test_paired_bootstrap_is_seeded_and_brackets_the_mean_difference():
+    from nemori_dspy.eval.metrics import paired_bootstrap
+
+    a, b = [0, 1, 0, 1, 0, 0, 1, 0] * 5, [1, 1, 0, 1, 1, 0, 1, 1] * 5  # b − a: three +1 per 8 pairs
+    mean, low, high = paired_bootstrap(a, b)
+    assert mean == pytest.approx(3 / 8) and low < mean < high and 0 < low and high < 1
+    assert paired_bootstrap(a, b) == (mean, low, high)  # same seed, same interval
+    x, y = [0.1 * i for i in range(10)], [0.07 * i * i % 1 for i in range(10)]
+    assert paired_bootstrap(x, y, seed=1) != paired_bootstrap(x, y, seed=2)  # the seed drives the resampling
+    # a constant shift has no spread: the interval collapses onto it
+    assert paired_bootstrap([0.2, 0.4, 0.6], [0.3, 0.5, 0.7]) == pytest.approx((0.1, 0.1, 0.1))
+    assert paired_bootstrap([], []) == (0.0, 0.0, 0.0) and paired_bootstrap([0.0], [1.0]) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_bootstrap([1.0], [1.0, 0.0])
+    with pytest.raises(ValueError, match="n_resamples"):
+        paired_bootstrap([1.0], [1.0], n_resamples=0)
+
+
+def test_paired_bootstrap_is_narrower_than_the_unpaired_intervals_when_scores_move_together():
+    from nemori_dspy.eval.metrics import paired_bootstrap
+
+    a = [0.1 * (i % 10) for i in range(60)]  # widely spread per question ...
+    b = [x + 0.05 for x in a]  # ... and b is a little better on every one
+    _, low, high = paired_bootstrap(a, b)
+    _, la, ha = mean_ci95(a)
+    assert high - low < 0.01 < ha - la
+
+
+def test_mcnemar_exact_counts_only_discordant_pairs():
+    from nemori_dspy.eval.metrics import mcnemar_exact
+
+    # 10 discordant pairs all won by b: p = 2 · (1/2)^10
+    assert mcnemar_exact([0] * 10 + [1] * 5, [1] * 10 + [1] * 5) == pytest.approx(2 / 1024)
+    # 1 vs 1 discordant: p = min(1, 2 · P(X ≤ 1 | n=2)) = 1
+    assert mcnemar_exact([True, False, True], [False, True, True]) == 1.0
+    assert mcnemar_exact([1, 1], [1, 1]) == 1.0  # no discordant pair
+    # 8 vs 2: 2 · (C(10,0)+C(10,1)+C(10,2)) / 1024 = 2 · 56 / 1024
+    a = [1] * 2 + [0] * 8 + [1] * 3
+    b = [0] * 2 + [1] * 8 + [1] * 3
+    assert mcnemar_exact(a, b) == pytest.approx(112 / 1024)
+    with pytest.raises(ValueError, match="equal lengths"):
+        mcnemar_exact([True], [])
+
+
+def test_mcnemar_exact_matches_scipy_binomtest():
+    stats = pytest.importorskip("scipy.stats")
+    from nemori_dspy.eval.metrics import mcnemar_exact
+
+    for a_only, b_only in [(3, 9), (0, 4), (7, 7), (12, 1)]:
+        a = [1] * a_only + [0] * b_only
+        b = [0] * a_only + [1] * b_only
+        assert mcnemar_exact(a, b) == pytest.approx(stats.binomtest(a_only, a_only + b_only, 0.5).pvalue)
+
+
+def test_paired_stats_pairs_by_question_and_skips_unanswered_and_unscored_rows():
+    from nemori_dspy.eval.metrics import paired_stats
+
+    rows = _rows("nemori", [1, 1, 0, 0, 1], [0.8, 0.6, 0.0, 0.2, 1.0])
+    rows += _rows("no-memory", [0, 1, 0, 1], [0.0, 0.6, 0.0, 0.4])  # question 4 unanswered
+    rows.append({"system": "no-memory", "sample_id": "c1", "index": 9, "category": 5, "judge": 1.0, "f1": 1.0})
+    rows.append({"system": "nemori", "sample_id": "c1", "index": 9, "category": 5, "judge": 0.0, "f1": 0.0})
+    out = paired_stats(rows, ["nemori", "no-memory"])
+    assert out["baseline"] == "nemori" and set(out["vs"]) == {"no-memory"}
+    judge, f1 = out["vs"]["no-memory"]["judge"], out["vs"]["no-memory"]["f1"]
+    assert judge["n"] == 4 and (judge["mean_a"], judge["mean_b"]) == (0.5, 0.5)  # questions 0-3 (category 5 out)
+    assert (judge["wins"], judge["losses"], judge["mcnemar_p"]) == (1, 1, 1.0)
+    assert "mcnemar_p" not in f1 and f1["diff"] == pytest.approx((0.0 + 0.0 + 0.0 + 0.2 - 0.8) / 4)
+    assert paired_stats(rows, ["nemori"])["vs"] == {}  # one system: nothing to pair
+
+
+def test_paired_table_shows_the_difference_with_its_ci_and_the_mcnemar_p():
+    from nemori_dspy.eval.metrics import paired_table
+
+    rows = _rows("nemori", [1] * 12 + [0] * 8) + _rows("no-memory", [0] * 12 + [0] * 8)
+    text = paired_table(rows)
+    line = next(l for l in text.splitlines() if l.startswith("no-memory") and " judge " in l)
+    assert line.split()[:6] == ["no-memory", "nemori", "judge", "20", "60.0", "0.0"]
+    assert "-60.0 [" in line and "0/12" in line and "<0.001" in line  # 2 · 2^-12 = 0.00049
+    f1_line = next(l for l in text.splitlines() if " f1 " in l)
+    assert "+0.0 [+0.0, +0.0]" in f1_line and f1_line.rstrip().endswith("-")
+    assert "no system pair" in paired_table(_rows("nemori", [1]))
+
+
+def test_paired_line_reads_as_a_sentence():
+    from nemori_dspy.eval.metrics import paired_compare, paired_line
+
+    s = paired_compare([0, 0, 1, 0], [1, 1, 1, 0])
+    assert s["wins"] == 2 and s["losses"] == 0 and s["mcnemar_p"] == pytest.approx(0.5)
+    text = paired_line("judge", s, "before", "after")
+    assert text.startswith("judge: after−before +50.0 [") and "2 after wins / 0 before wins, McNemar p=0.500" in text
+    assert "mcnemar_p" not in paired_compare([0.5, 0.2], [0.1, 0.9])  # not 0/1: no McNemar
+
+
+# ------------------------------------------------------------------ stratified --max-questions (issue 19)
+
+def _questions(categories: list[int]):
+    from nemori_dspy.eval.locomo import LoCoMoQuestion
+
+    return [LoCoMoQuestion(sample_id="c", index=i, question=f"q{i}", category=c) for i, c in enumerate(categories)]
+
+
+def test_stratified_questions_deal_round_robin_over_categories_in_question_order():
+    from nemori_dspy.eval.locomo import stratified_questions
+
+    qs = _questions([4, 4, 4, 4, 4, 4, 2, 2, 1, 3, 3, 3])
+    picked = stratified_questions(qs, 6)
+    # one of each of 1,2,3,4, then again 2,3 (1 is exhausted, 4 comes after 3 in the second round)
+    assert [q.index for q in picked] == [0, 6, 7, 8, 9, 10]
+    assert [q.index for q in stratified_questions(qs, 8)] == [0, 1, 6, 7, 8, 9, 10, 11]
+    # the leftover share of small categories goes to the categories with questions left
+    assert sorted(q.category for q in stratified_questions(qs, 10)) == [1, 2, 2, 3, 3, 3, 4, 4, 4, 4]
+    assert stratified_questions(qs, None) == qs and stratified_questions(qs, 50) == qs
+    assert stratified_questions(qs, 0) == []
+    with pytest.raises(ValueError):
+        stratified_questions(qs, -1)
+
+
+def test_stratified_questions_take_each_category_evenly_where_a_prefix_would_not():
+    from collections import Counter
+
+    from nemori_dspy.eval.locomo import stratified_questions
+
+    qs = _questions([1] * 30 + [2] * 30 + [3] * 10 + [4] * 30)
+    counts = Counter(q.category for q in stratified_questions(qs, 20))
+    assert counts == {1: 5, 2: 5, 3: 5, 4: 5}  # a prefix [:20] would be all category 1
+
+
+# ------------------------------------------------------------------ optimize before/after, paired (issue 19)
+
+def test_optimize_prints_the_dev_before_after_difference_paired_per_example(capsys, tmp_path):
+    from nemori_dspy.optimizers.cli import print_results
+    from nemori_dspy.optimizers.optimize import DevScore
+    from nemori_dspy.optimizers.tune import StageResult
+
+    def dev(scores):
+        return DevScore(**dict(zip(("mean", "low", "high"), mean_ci95(scores))), n=len(scores), scores=scores)
+
+    before, after = [0.0, 1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    r = StageResult("answer", 10, 6, dev(before), dev(after), {}, {}, 1.0)
+    assert r.to_dict()["paired"]["wins"] == 3 and r.to_dict()["paired"]["diff"] == pytest.approx(0.5)
+    print_results([r], tmp_path, 60.0, {})
+    out = capsys.readouterr().out
+    assert "paired: after−before +50.0 [" in out and "3 after wins / 0 before wins, McNemar p=0.250" in out

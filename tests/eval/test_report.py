@@ -122,3 +122,50 @@ def test_compare_an_eval_run_with_an_optimize_run(tracked):
     assert "(no prompt.* params)" in text
     with pytest.raises(ConfigError, match="no MLflow run"):
         compare(uri, parent, "0" * 32)
+
+
+# ------------------------------------------------------------------ paired differences of two runs (issue 19)
+
+def _answers(system: str, judge: list[float], sample: str = "c1") -> list[dict]:
+    return [{"system": system, "sample_id": sample, "index": i, "category": 1 + i % 4,
+             "category_name": ["multi-hop", "temporal", "open-domain", "single-hop"][i % 4], "judge": j, "f1": j / 2}
+            for i, j in enumerate(judge)]
+
+
+def test_paired_runs_pair_the_same_system_across_runs_by_question():
+    from nemori_dspy.eval.report import paired_runs, paired_runs_table
+
+    a = _answers("nemori", [0, 0, 0, 0, 1, 1]) + _answers("no-memory", [0] * 6)
+    b = _answers("nemori", [1, 1, 1, 1, 1]) + _answers("rag-4096", [1] * 6)  # B skipped question 5
+    paired = paired_runs(a, b)
+    assert set(paired) == {"nemori"}  # only systems both runs answered with
+    judge = paired["nemori"]["judge"]
+    assert judge["n"] == 5 and (judge["wins"], judge["losses"]) == (4, 0) and judge["mcnemar_p"] == 0.125
+    text = paired_runs_table(paired)
+    assert "nemori  judge" in text and "4/0" in text and "0.125" in text
+    # one system each, named differently (e.g. a run of nemori vs a run of nemori-s): paired with each other
+    one = paired_runs(_answers("nemori", [1, 0]), _answers("nemori-s", [0, 0]))
+    assert list(one) == ["nemori → nemori-s"] and one["nemori → nemori-s"]["judge"]["losses"] == 1
+    assert paired_runs(a, _answers("nemori", [1], sample="other")) == {}
+    assert "no question" in paired_runs_table({})
+
+
+def test_compare_two_eval_runs_prints_their_paired_differences(tracked, tmp_path):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from nemori_dspy.eval.report import compare
+
+    uri, parent, old = tracked
+    client = MlflowClient(tracking_uri=uri)
+    for run_id, rows in ((parent, _answers("nemori", [0] * 10 + [1] * 10)), (old, _answers("nemori", [1] * 20))):
+        path = tmp_path / run_id / "results.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        client.log_artifact(run_id, str(path))
+    text = compare(uri, parent, old)
+    section = text.split("## Paired differences B − A")[1].split("## Construction")[0]
+    judge = next(l for l in section.splitlines() if l.startswith("nemori") and " judge " in l)
+    assert judge.split()[:5] == ["nemori", "judge", "20", "50.0", "100.0"]
+    assert "+50.0 [" in judge and "10/0" in judge and "0.002" in judge  # 2 · 2^-10 = 0.00195
