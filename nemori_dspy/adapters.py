@@ -8,6 +8,11 @@ messages, so the same cache keys and ``signature_hash``); only when DSPy's own p
 read an empty-like value of a *flat* list output field (``list[str]``, ``list[int]``: P_dis/Nemori-s
 insights, P_con targets) as ``[]`` and parse again. Anything else still fails as before.
 
+A ``list[str]`` field (P_dis / Nemori-s insights) a small model writes one item per line, or as prose (a paragraph,
+or a bracketed line of unquoted items), is read as those lines or sentences before DSPy parses it: json_repair
+would read the first as one garbled item and split the second at every comma (``"reading"``, ``"but when I look
+after myself"``, or the P_dis instruction's ``"relationships"``, ``"preferences"``, ``"plans"``).
+
 Both also format faster, to the same bytes: the system message (field descriptions, structure with JSON
 schemas, instructions) is a function of the signature alone, so it is built once per signature class and
 instruction text and reused; a user message's plain ``str``/``int`` field values are written directly
@@ -28,7 +33,9 @@ from dspy.adapters.chat_adapter import field_header_pattern
 from dspy.adapters.utils import format_field_value
 from dspy.utils.exceptions import AdapterParseError
 
-__all__ = ["LenientChatAdapter", "LenientJSONAdapter", "is_empty_reply", "make_adapter"]
+from .insight_rules import split_sentences
+
+__all__ = ["LenientChatAdapter", "LenientJSONAdapter", "is_empty_reply", "make_adapter", "prose_items"]
 
 #: what a model writes for "no items", after quotes, brackets, fences, bullets and end punctuation go.
 _EMPTY_WORDS = frozenset({"", "none", "null", "nil", "n/a", "na", "nothing", "empty", "no insights",
@@ -117,6 +124,55 @@ def _line_item_sections(signature: type[dspy.Signature], completion: str) -> str
     return _rewrite_sections(completion, as_json)
 
 
+#: a list[str] value DSPy parses well: a JSON list (maybe broken) whose first item is quoted, or an empty one.
+_JSON_LIKE = re.compile(r"^\s*(?:```(?:json)?\s*)?\[\s*(?:[\"'{\]]|$)", re.IGNORECASE)
+
+
+def prose_items(text: str) -> list[str] | None:
+    """The items of a ``list[str]`` value a small model wrote as prose rather than a JSON list: its sentences.
+
+    Covers a plain prose section (``Caroline adopted Rex, a beagle. Melanie paints.``) and a bracketed list of
+    unquoted items (``[Caroline likes reading, but when I rest, I feel better.]``), which json_repair would split
+    at every comma into fragments (``"but when I rest"``). Lines are read one by one (a bullet or bracket around
+    a line is dropped; a lead-in line ending in ``:`` is no item), each split into sentences only at sentence ends,
+    never at a comma inside a sentence.
+
+    Returns None when ``text`` is for DSPy to parse: a JSON list whose first item is quoted (or ``[]``),
+    or an empty-like reply (``is_empty_reply``: ``none``, ``N/A``, ...), or nothing is left.
+    """
+    if not text.strip() or _JSON_LIKE.match(text) or is_empty_reply(text):
+        return None
+    try:
+        if isinstance(json.loads(text), list):
+            return None
+    except ValueError:
+        pass
+    body = text.strip()
+    if body.startswith("["):
+        body = body[1:].rstrip()
+        body = body[:-1] if body.endswith("]") else body
+    items: list[str] = []
+    for line in body.splitlines():
+        m = _ITEM_LINE.match(line)
+        line = ((m.group("bracketed") if m.group("bracketed") is not None else m.group("bulleted"))
+                if m else line).strip()
+        if line and not line.endswith(":"):
+            items += split_sentences(line)
+    return items or None
+
+
+def _prose_sections(signature: type[dspy.Signature], completion: str) -> str | None:
+    """``completion`` with each ``list[str]`` section written as prose (``prose_items``) replaced by the JSON list of
+    its sentences; None if no section was."""
+    strings = _flat_list_fields(signature, (str,))
+
+    def as_json(name: str | None, lines: list[str]) -> list[str] | None:
+        items = prose_items("\n".join(lines)) if name in strings else None
+        return None if items is None else [json.dumps(items, ensure_ascii=False)]
+
+    return _rewrite_sections(completion, as_json)
+
+
 class _FastFormat:
     """Mixin for a DSPy adapter: the same messages, built with less work (see the module docstring)."""
 
@@ -156,9 +212,11 @@ class LenientChatAdapter(_FastFormat, dspy.ChatAdapter):
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         """DSPy's parse, after a ``list[str]`` section written one item per line (``[item]`` / ``- item`` /
-        ``1. item`` lines, which json_repair would read as one garbled item) is rewritten as a JSON list; when that
-        parse fails, an empty-like flat-list section is read as ``[]``."""
+        ``1. item`` lines, which json_repair would read as one garbled item) or as prose (a plain paragraph, or a
+        bracketed line of unquoted items, which json_repair would split at every comma: ``prose_items``) is
+        rewritten as a JSON list; when that parse fails, an empty-like flat-list section is read as ``[]``."""
         completion = _line_item_sections(signature, completion) or completion
+        completion = _prose_sections(signature, completion) or completion
         try:
             return super().parse(signature, completion)
         except AdapterParseError:
@@ -173,7 +231,8 @@ class LenientChatAdapter(_FastFormat, dspy.ChatAdapter):
 
 
 class LenientJSONAdapter(_FastFormat, dspy.JSONAdapter):
-    """``dspy.JSONAdapter`` that reads a null or empty-like flat-list value as ``[]`` when its parse fails."""
+    """``dspy.JSONAdapter`` that reads a null or empty-like flat-list value as ``[]``, and a ``list[str]`` value
+    written as one string of prose as its sentences (``prose_items``), when its parse fails."""
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         try:
@@ -182,12 +241,14 @@ class LenientJSONAdapter(_FastFormat, dspy.JSONAdapter):
             fields = json_repair.loads(completion)
             if not isinstance(fields, dict):
                 raise
-            lists = _flat_list_fields(signature)
+            lists, strings = _flat_list_fields(signature), _flat_list_fields(signature, (str,))
             empty = [k for k, v in fields.items() if k in lists and (v is None or (isinstance(v, str)
                                                                                   and is_empty_reply(v)))]
-            if not empty:
+            prose = {k: prose_items(v) for k, v in fields.items() if k in strings and k not in empty
+                     and isinstance(v, str) and prose_items(v) is not None}
+            if not empty and not prose:
                 raise
-            return super().parse(signature, json.dumps({**fields, **dict.fromkeys(empty, [])}))
+            return super().parse(signature, json.dumps({**fields, **dict.fromkeys(empty, []), **prose}))
 
 
 def make_adapter(name: str) -> dspy.ChatAdapter:

@@ -1,26 +1,43 @@
-"""Deterministic rules for what is not a fact, applied to P_dis / Nemori-s insights (our addition, issue 10).
+"""Deterministic rules for insights that are chat lines, copies or questions rather than facts, applied to P_dis /
+Nemori-s insights (our addition, issues 10 and 19).
 
 A small distiller often copies chat lines instead of distilling knowledge: ``"Caroline: Hey Mel! Good to
-see you!"``, ``"What kinda jobs are you thinkin' of?"``. Such an "insight" holds nothing the episode does not
-already keep verbatim (the raw message stays in episodic memory), costs a P_con call, and as a candidate
-invites P_con to "conflict" it away with a true fact. The rules fire only where they are reliable:
+see you!"``, ``"I quit the bakery."``. Dropping every such line left semantic memory empty in six of eight short
+conversations (issue 19), though many carry a fact. The rules, where they are reliable:
 
-* **question**: the insight ends with ``?`` — a question states no fact;
-* **chat line**: it starts with ``<speaker>:`` for a speaker of the episode — the message format, never a
-  third-person statement;
-* **verbatim copy**: its text matches one of the episode's messages (case, spacing and punctuation aside) with
-  a ``difflib`` ratio of at least ``COPY_RATIO`` *and* names no speaker the message does not already name (P_dis
-  asks for self-contained sentences naming the person: ``"Caroline said: I went to a support group"`` names her
-  and is kept, ``"I'm keen on counseling"`` copied from her line is not).
+* **question**: the insight ends with ``?``: a question states no fact (dropped);
+* **chat line**: it starts with ``<speaker>:`` for a speaker of the episode (the message format, never a
+  third-person statement);
+* **copy**: its text matches one of the episode's messages, or a run of one to three of a message's sentences
+  (case, spacing and punctuation aside), with a ``difflib`` ratio of at least ``COPY_RATIO`` *and* names no
+  speaker the message does not already name (``"Caroline said: I went to a support group"`` names her and is
+  kept as it is; ``"I'm keen on counseling"`` copied from her line is a copy).
 
-Everything else is kept, including first-person statements that rephrase a message.
+A chat line or copy that carries a fact becomes an **attributed fact**, deterministically (``rule_insight``):
+``Sam said on 2023-09-15: “I quit the bakery.”``: the message's speaker and date, the copied passage of the message
+quoted. One that carries none (``carries_no_fact``: no content word once greetings, interjections, thanks and
+reactions (``SOCIAL_WORDS``) and the speakers' names are set aside, or a single content word with no first-person
+word: ``"Hi Deb! Good to meet you!"``, ``"Wow, that's great!"``) is dropped as ``no_fact``; a chat line matching no
+message of its speaker is dropped as ``chat_line``.
+
+Everything else is kept as it is, including third-person facts that restate a message (``"Caroline went to an
+LGBTQ support group on 7 May 2023."`` scores below 0.75 against her line) and first-person statements that
+rephrase one. ``not_a_fact`` still names what a rule sees (``question``, ``chat_line``, ``verbatim_copy``).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-__all__ = ["COPY_RATIO", "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines"]
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .types import StoredMessage
+
+__all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
+           "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
+           "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
+           "quote_text"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -90,3 +107,180 @@ def not_a_fact(insight: str, rendered_messages: str | list[tuple[str, str]]) -> 
     if is_verbatim_copy(insight, messages):
         return "verbatim_copy"
     return None
+
+
+# ------------------------------------------------------------------------------------------------ attribution
+#: a message line as the rules read it: (speaker, content, date ``YYYY-MM-DD`` of the message or None).
+SourceLine = tuple[str, str, str | None]
+
+#: ``difflib`` ratio from which a chat line's text (``"Sam: …"`` minus ``"Sam:"``) is that speaker's message: lower
+#: than ``COPY_RATIO`` because the speaker is already named, so only the wording is compared.
+CHAT_MATCH_RATIO = 0.6
+#: an attributed fact quotes at most this many characters of the message (cut at a word, marked ``…``): about two
+#: sentences, as long as a distilled fact may usefully be.
+ATTRIBUTED_QUOTE_CHARS = 300
+
+_TRUNCATED = re.compile(r"\s*…\[truncated \d+ chars\]")  # formatting.clip's mark
+_DATE = re.compile(r"\[(\d{4}-\d{2}-\d{2})(?:[ T]\d{2}:\d{2})?\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]»”’]*[\s,;]+(?=[A-Z0-9\"“'(\[])")
+_ABBREVIATIONS = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|approx|No|e\.g|i\.e)|\b[A-Z])\.$")
+
+#: words that say nothing about anyone by themselves: function words, greetings, interjections, thanks and
+#: reactions (``carries_no_fact``). A word of a chat line not in here, and not a speaker's name, is a content word.
+SOCIAL_WORDS = frozenset("""
+a an the and or but so if then than that that's this these those there here it it's its is are was were be been being
+am do does did doing done have has had having will would can could should shall may might must just really very
+too also totally quite pretty such much many lot lots all some any more most even still again ever always yes no
+not don't yeah yep nope ok okay sure of to in on at by for with from about as into up out off over oh ah aw aww
+wow whoa omg haha hahaha hehe lol hmm hm um uh yay woo hooray hi hello hey hiya howdy yo greetings bye goodbye
+cya later soon see seeing talk talking chat chatting catch meet meeting met nice good great cool awesome amazing
+wonderful fantastic lovely sweet fun glad happy proud thanks thank thx ty appreciate appreciated welcome congrats
+congratulations luck cheers care take sounds sound looks look seems seem means mean agree exactly absolutely
+definitely right true totally indeed same too me you your you're yours u ur we us our i i'm my mine myself
+he him his she her they them their what how why when where who which news day today tonight night morning
+evening afternoon week everyone everybody guys friend dear buddy pal man dude girl both one thing things stuff
+again back keep going glad hope hoping wish wishing miss missed love loved xoxo
+""".split())
+#: first-person words: a one-content-word line with one of them says something about its speaker (``I quit!``).
+FIRST_PERSON = frozenset({"i", "i'm", "im", "i've", "i'll", "i'd", "me", "my", "mine", "myself", "we", "we're",
+                          "we've", "our", "ours", "us"})
+
+
+def split_sentences(text: str) -> list[str]:
+    """``text`` (spaces collapsed) split into its sentences at ``.``/``!``/``?`` followed by a space, comma or
+    semicolon and a capital, digit, quote or bracket; ``Dr.``, ``e.g.`` and initials do not end one."""
+    pieces: list[str] = []
+    for piece in _SENTENCE_END.split(" ".join(text.split())):
+        if pieces and _ABBREVIATIONS.search(pieces[-1]):
+            pieces[-1] = f"{pieces[-1]} {piece}"
+        else:
+            pieces.append(piece)
+    return [p.strip().rstrip(",;").strip() for p in pieces if p.strip(" ,;")]
+
+
+def dated_message_lines(rendered: str) -> list[SourceLine]:
+    """``message_lines`` of ``rendered`` with each message's date: the ``[YYYY-MM-DD HH:MM]`` on its line, else the
+    nearest one above it (``message_timestamps="on_change"``); None before any."""
+    out: list[SourceLine] = []
+    date = None
+    for line in rendered.splitlines():
+        stamp = _DATE.search(line)
+        if stamp and stamp.start() <= 6:  # a line's own stamp, after at most a "12. " number
+            date = stamp.group(1)
+        m = _LINE.match(line)
+        if m:
+            out.append((m.group(1).strip(), m.group(2), date))
+    return out
+
+
+def source_lines(messages: "Sequence[StoredMessage]") -> list[SourceLine]:
+    """(speaker, content, ``YYYY-MM-DD`` of ``timestamp`` in its own clock) of each stored message."""
+    return [(m.speaker, m.content, f"{m.timestamp:%Y-%m-%d}") for m in messages]
+
+
+def content_words(text: str, speakers: set[str]) -> list[str]:
+    """Words of ``text`` (case-folded) that are not in ``SOCIAL_WORDS``, not a speaker's (first) name and not
+    one letter."""
+    names = {w for s in speakers for w in _key(s).split()}
+    return [w for w in _WORDS.findall(text.casefold().replace("’", "'"))
+            if len(w) > 1 and w not in SOCIAL_WORDS and w not in names and not w.isdigit()]
+
+
+def carries_no_fact(text: str, speakers: set[str]) -> bool:
+    """True if a chat line's ``text`` says nothing about anyone: a question, or no content word
+    (``content_words``: greetings, thanks, reactions, names only — ``"Hi Deb! Good to meet you!"``, ``"Wow,
+    that's great!"``), or one content word and no first-person word (``"Good luck with the exam!"``, ``"Love
+    that!"``; ``"I'm pregnant!"`` keeps its fact)."""
+    if is_question(text):
+        return True
+    words = content_words(text, speakers)
+    if not words:
+        return True
+    return len(words) == 1 and not FIRST_PERSON & set(_WORDS.findall(text.casefold().replace("’", "'")))
+
+
+def quote_text(text: str, max_chars: int = ATTRIBUTED_QUOTE_CHARS) -> str:
+    """``text`` ready to quote: spaces collapsed, outer quotes dropped, ``.`` added when it has no end punctuation,
+    cut at a word to at most ``max_chars`` characters (marked ``…``)."""
+    body = " ".join(_TRUNCATED.sub("", text).split()).strip(" \"'“”‘’")
+    if len(body) > max_chars:
+        body = body[:max_chars].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    elif body and body[-1] not in ".!?…":
+        body += "."
+    return body
+
+
+def attributed_fact(speaker: str, date: str | None, text: str) -> str:
+    """``Sam said on 2023-09-15: "I quit the bakery."`` (``Sam said: "…"`` without a date)."""
+    when = f" on {date}" if date else ""
+    return f"{speaker} said{when}: \u201c{quote_text(text)}\u201d"
+
+
+def _ratio(a: str, b: str) -> float:
+    if not a or not b or 2 * min(len(a), len(b)) < 0.5 * (len(a) + len(b)):
+        return 0.0  # lengths too different for any ratio these rules use
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def _passages(content: str) -> list[str]:
+    """What of a message an insight may copy: the whole content, and each run of one to three of its sentences."""
+    sents = split_sentences(_TRUNCATED.sub("", content))
+    runs = [" ".join(sents[i:j]) for i in range(len(sents)) for j in range(i + 1, min(i + 4, len(sents) + 1))]
+    return list(dict.fromkeys([_TRUNCATED.sub("", content).strip(), *runs]))
+
+
+def _match(text: str, lines: list[SourceLine], speaker: str | None, floor: float) -> tuple[SourceLine, str] | None:
+    """(message line, the passage of it ``text`` copies) for the best ``difflib`` match ≥ ``floor`` of ``text``
+    against ``_passages`` of each line (only ``speaker``'s lines when given; a passage containing ``text`` counts
+    as 1.0 then), naming no speaker the passage does not; on a tie the shorter passage, then the earlier line, wins.
+    None if none reaches ``floor``."""
+    key = _key(text)
+    if not key:
+        return None
+    names = {w for who, _, _ in lines for w in _key(who).split()}
+    best: tuple[SourceLine, str] | None = None
+    best_ratio = 0.0
+    for line in lines:
+        if speaker is not None and line[0].casefold() != speaker.casefold():
+            continue
+        for passage in _passages(line[1]):
+            other = _key(passage)
+            r = 1.0 if speaker is not None and key in other else _ratio(key, other)
+            shorter = best is not None and r == best_ratio and len(passage) < len(best[1])
+            if (r > best_ratio or shorter) and r >= floor and _names(key, names) <= _names(other, names):
+                best, best_ratio = (line, passage), r
+    return best
+
+
+def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str]:
+    """What to store for one P_dis / Nemori-s ``insight`` of an episode whose messages are ``lines``:
+    ``(text, outcome)``.
+
+    * ``(insight, "kept")``: a statement that is no chat line and no copy, stored as it is (a third-person fact
+      restating a message, ``"Caroline went to an LGBTQ support group on 7 May 2023."``, is kept as it is);
+    * ``(fact, "attributed")``: a chat line (``"Sam: I quit the bakery"``, its text a ``difflib`` match ≥
+      ``CHAT_MATCH_RATIO`` of a message of Sam's) or a copy of a message (the whole message or a run of one to
+      three of its sentences, ratio ≥ ``COPY_RATIO``, naming no speaker the message does not) becomes
+      ``Sam said on 2023-09-15: “I quit the bakery.”``: the message's speaker and date, and the copied passage of
+      the message itself quoted (``attributed_fact``), so two copies of one message give one fact;
+    * ``(None, reason)``: dropped: ``"question"`` (ends with ``?``), ``"no_fact"`` (a chat line or copy that
+      ``carries_no_fact``: greetings, thanks, reactions), ``"chat_line"`` (a chat line matching no message of
+      its speaker: not something anyone said).
+    """
+    if is_question(insight):
+        return None, "question"
+    speakers = {speaker for speaker, _, _ in lines}
+    if is_chat_line(insight, speakers):
+        head, _, text = insight.partition(":")
+        speaker = next(s for s in speakers if s.casefold() == head.strip().strip("[*\"'").casefold())
+        found = _match(text, lines, speaker, CHAT_MATCH_RATIO)
+        if found is None:
+            return None, "chat_line"
+    else:
+        found = _match(insight, lines, None, COPY_RATIO)
+        if found is None:
+            return insight, "kept"
+    (speaker, _, date), passage = found
+    if carries_no_fact(passage, speakers):
+        return None, "no_fact"
+    return attributed_fact(speaker, date, passage), "attributed"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dspy
 import pytest
 
-from nemori_dspy.adapters import LenientChatAdapter, LenientJSONAdapter, is_empty_reply, make_adapter
+from nemori_dspy.adapters import LenientChatAdapter, LenientJSONAdapter, is_empty_reply, make_adapter, prose_items
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.modules.pipeline import stage_factory
 from nemori_dspy.signatures import ConsolidateKnowledge, DistillDirect, DistillPredictionError, signature_hash
@@ -43,10 +43,10 @@ def test_a_nothing_reply_of_p_dis_is_an_empty_list_in_one_call(reply, sig):
     assert got == [] and lm.calls == {sig.__name__: 1}  # no JSON-adapter fallback call
 
 
-def test_real_insights_and_unparseable_replies_are_untouched():
+def test_real_insights_are_untouched_and_a_prose_reply_is_its_sentences():
     assert _insights('["Caroline adopted a dog."]')[0] == ["Caroline adopted a dog."]
-    with pytest.raises(Exception):  # DSPy's own parse error, as with the plain adapter
-        _insights("Caroline adopted a dog.")
+    got, lm = _insights("Caroline adopted a dog.")  # DSPy's parse would fail and cost a JSON-adapter call
+    assert got == ["Caroline adopted a dog."] and lm.calls == {"DistillPredictionError": 1}
 
 
 def test_p_con_targets_none_is_an_empty_list():
@@ -62,8 +62,10 @@ def test_the_json_adapter_reads_null_insights_as_empty():
     assert LenientJSONAdapter().parse(sig, '{"insights": null}') == {"insights": []}
     assert LenientJSONAdapter().parse(sig, '{"insights": "none"}') == {"insights": []}
     assert LenientJSONAdapter().parse(sig, '{"insights": ["a"]}') == {"insights": ["a"]}
+    assert LenientJSONAdapter().parse(sig, '{"insights": "Caroline adopted Rex, a beagle. Melanie paints."}') == {
+        "insights": ["Caroline adopted Rex, a beagle.", "Melanie paints."]}
     with pytest.raises(Exception):
-        LenientJSONAdapter().parse(sig, '{"insights": "Caroline adopted a dog."}')
+        LenientJSONAdapter().parse(sig, '{"insights": 7}')
 
 
 @pytest.mark.parametrize("sig", [DistillPredictionError, DistillDirect, ConsolidateKnowledge])
@@ -138,3 +140,35 @@ def test_an_item_holding_brackets_keeps_them():
 def test_a_json_list_over_several_lines_is_dspys_to_parse():
     assert _insights('[\n  "Caroline adopted a dog.",\n  "Melanie paints."\n]')[0] == [
         "Caroline adopted a dog.", "Melanie paints."]
+
+
+# ---------------------------------------------------------------- a list reply is never split at commas in a sentence
+@pytest.mark.parametrize("reply, items", [
+    # the 0.5B model's bracketed line of unquoted items: json_repair alone splits it at every comma
+    ("[Caroline likes reading, but when I look after myself, I feel better since we last chatted.]",
+     ["Caroline likes reading, but when I look after myself, I feel better since we last chatted."]),
+    ("[Caroline adopted Rex, a beagle., Melanie paints, draws and sings.]",
+     ["Caroline adopted Rex, a beagle.", "Melanie paints, draws and sings."]),
+    ("[The prediction missed Gina's identity, relationships, preferences and plans]",
+     ["The prediction missed Gina's identity, relationships, preferences and plans"]),
+    # plain prose: its sentences (not a parse error), an abbreviation does not end one
+    ("Caroline adopted Rex, a beagle, on 8 May 2023. Melanie visited Dr. Hill, her dentist!",
+     ["Caroline adopted Rex, a beagle, on 8 May 2023.", "Melanie visited Dr. Hill, her dentist!"]),
+    ("Here are the facts:\nCaroline adopted Rex, a beagle.\nMelanie paints, mostly at night.",
+     ["Caroline adopted Rex, a beagle.", "Melanie paints, mostly at night."]),
+    ("[\n  Caroline adopted Rex, a beagle.\n  Melanie paints, mostly at night.\n]",
+     ["Caroline adopted Rex, a beagle.", "Melanie paints, mostly at night."]),
+])
+def test_a_prose_list_reply_becomes_its_sentences_not_its_comma_pieces(reply, items):
+    got, lm = _insights(reply)
+    assert got == items and lm.calls == {"DistillPredictionError": 1}
+
+
+def test_a_quoted_json_list_keeps_its_items_commas_and_all():
+    got, _ = _insights("['Caroline adopted Rex, a beagle, in May 2023.', 'Melanie paints.']")
+    assert got == ["Caroline adopted Rex, a beagle, in May 2023.", "Melanie paints."]
+
+
+@pytest.mark.parametrize("text", ["[]", "none", "[None]", '["a, b"]', "```json\n[\"a\"]\n```", ""])
+def test_json_lists_and_empty_replies_are_not_prose(text):
+    assert prose_items(text) is None

@@ -44,3 +44,106 @@ def test_what_is_not_a_fact_is_named(insight, reason):
 ])
 def test_facts_are_kept(insight):
     assert not_a_fact(insight, EPISODE) is None
+
+
+# ---------------------------------------------------------------- a copied chat line carries a fact (issue 19)
+from nemori_dspy.insight_rules import carries_no_fact, dated_message_lines, rule_insight, split_sentences  # noqa: E402
+
+CHAT = EPISODE + "\n" + "\n".join([
+    "[2023-09-15 10:00]",
+    "Sam: Hi Deb! Good to meet you!",
+    "Sam: I quit the bakery. It was time. Thanks for asking!",
+    "Deborah: Wow, that's great!",
+])
+SPEAKERS = {"Caroline", "Melanie", "Sam", "Deborah"}
+
+
+def test_each_message_line_carries_its_date_from_its_own_or_the_nearest_time_line():
+    lines = dated_message_lines(CHAT)
+    assert lines[0] == ("Caroline", message_lines(EPISODE)[0][1], "2023-05-08")
+    assert lines[3] == ("Sam", "Hi Deb! Good to meet you!", "2023-09-15")
+
+
+@pytest.mark.parametrize("insight,fact", [
+    ("Sam: I quit the bakery", "Sam said on 2023-09-15: \u201cI quit the bakery.\u201d"),
+    ("I quit the bakery.", "Sam said on 2023-09-15: \u201cI quit the bakery.\u201d"),  # one sentence of his message
+    ("I'm keen on counseling or working in mental health",
+     "Caroline said on 2023-05-08: \u201cI'm keen on counseling or working in mental health.\u201d"),
+    ("Caroline: I went to a LGBTQ support group yesterday.",  # the message quoted, with its date resolved
+     "Caroline said on 2023-05-08: \u201cI went to a LGBTQ support group on 7 May 2023 (yesterday) and it was so "
+     "powerful.\u201d"),
+])
+def test_a_chat_line_or_copy_becomes_an_attributed_dated_fact(insight, fact):
+    assert rule_insight(insight, dated_message_lines(CHAT)) == (fact, "attributed")
+
+
+@pytest.mark.parametrize("insight,reason", [
+    ("Hi Deb! Good to meet you!", "no_fact"),
+    ("Sam: Hi Deb! Good to meet you!", "no_fact"),
+    ("melanie: Wow, that's cool!", "no_fact"),
+    ("Thanks for asking!", "no_fact"),
+    ("Sam: I'm moving to Mars.", "chat_line"),  # no message of Sam's says so: nothing to attribute
+    ("What happened that was so awesome?", "question"),
+])
+def test_a_line_that_carries_no_fact_is_dropped_with_its_reason(insight, reason):
+    assert rule_insight(insight, dated_message_lines(CHAT)) == (None, reason)
+
+
+@pytest.mark.parametrize("insight", [
+    "Caroline went to an LGBTQ support group on 7 May 2023.",
+    "Caroline is keen on counseling or working in mental health.",
+    "Caroline said: I'm keen on counseling or working in mental health.",
+    "Sam quit his job at the bakery in September 2023.",
+])
+def test_a_third_person_fact_restating_a_message_is_kept_as_it_is(insight):
+    assert rule_insight(insight, dated_message_lines(CHAT)) == (insight, "kept")
+
+
+@pytest.mark.parametrize("line", [
+    "Hi Deb! Good to meet you!", "Hey Mel! Good to see you!", "Wow, that's great!",
+    "Thanks, Caroline! That means a lot.",
+    "That's so cool, I'm really happy for you!", "Sounds good, see you then.", "Take care, talk soon!", "Me too!",
+    "Haha, totally agree!", "I'm so proud of you!", "Love that!", "Good luck with the exam!",
+    "I'm doing great, thanks!",
+    "Is everything okay?",
+])
+def test_greetings_thanks_and_reactions_carry_no_fact(line):
+    assert carries_no_fact(line, SPEAKERS)
+
+
+@pytest.mark.parametrize("line", [
+    "I quit the bakery", "I'm pregnant!", "I love painting", "My sister moved to Lisbon.", "I adopted a dog named Rex.",
+    "Congrats on the new job!", "We're going camping in July.",
+])
+def test_lines_stating_something_carry_a_fact(line):
+    assert not carries_no_fact(line, SPEAKERS)
+
+
+def test_sentences_split_at_sentence_ends_only():
+    assert split_sentences("Dr. Hill, my dentist, moved. I quit, finally!  Ok") == [
+        "Dr. Hill, my dentist, moved.", "I quit, finally!", "Ok"]
+
+
+# a third-party-like memory suite: one user message each, and the correct one-sentence fact a distiller writes for it.
+# Issue 19: 26 of 31 such facts were dropped as copies of their message; none may be dropped now.
+SUITE = [
+    ("I moved to Denver last month for a new job.", "The user moved to Denver in April 2023 for a new job."),
+    ("My daughter Emma starts kindergarten in September.",
+     "The user's daughter Emma starts kindergarten in September."),
+    ("The team meeting moved to Thursday at 3 pm.", "The team meeting moved to Thursday at 3 pm."),
+    ("I'm allergic to peanuts.", "The user is allergic to peanuts."),
+    ("Our book club meets on the last Friday of every quarter.",
+     "The user's book club meets on the last Friday of every quarter."),
+    ("I switched from Python 2 to Python 3 at work.", "I switched from Python 2 to Python 3 at work."),
+    ("My favourite colour is green.", "My favourite colour is green"),
+    ("We adopted a cat called Miso.", "user: We adopted a cat called Miso."),
+]
+
+
+@pytest.mark.parametrize("message,fact", SUITE)
+def test_a_correct_one_sentence_fact_is_never_dropped_as_a_copy(message, fact):
+    lines = dated_message_lines(f"[2023-05-20 10:00] user: {message}")
+    stored, outcome = rule_insight(fact, lines)
+    assert stored is not None, outcome
+    assert stored == fact or (outcome == "attributed" and message in stored
+                              and stored.startswith("user said on 2023-05-20: "))

@@ -14,7 +14,8 @@ from typing import Callable, Iterable, Sequence
 import dspy
 
 from ..errors import LLMError
-from ..insight_rules import is_chat_line
+from ..insight_rules import carries_no_fact, is_chat_line, quote_text
+from ..junk import junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
 from ..types import Episode, StoredMessage, instant
@@ -22,7 +23,12 @@ from ..recording import stage_meta
 from ..usage import tally
 from .resources import Resources
 
-__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives"]
+__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives",
+           "FALLBACK_NARRATIVE_CHARS", "FALLBACK_QUOTE_CHARS", "fallback_narrative", "fallback_cue"]
+
+#: ``fallback_narrative``: at most this many characters in all, and per quoted message (about two sentences).
+FALLBACK_NARRATIVE_CHARS = 1200
+FALLBACK_QUOTE_CHARS = 240
 
 #: when P_nar / P_int return a narrative but an empty cue, the cue is the narrative's first this many characters:
 #: about a title's length (the paper's cues are one short phrase), so lists, P_sel's candidates and the embedded
@@ -139,6 +145,63 @@ def _adjacent(a: Episode, b: Episode, max_gap_hours: float | None, naive_timezon
     return max(_hours(b.end, a.start, naive_timezone), _hours(a.end, b.start, naive_timezone)) <= max_gap_hours
 
 
+def _is_junk(text: str) -> bool:
+    """True if a non-empty P_nar / P_int ``text`` echoes an instruction or field description or is a placeholder
+    (``junk.junk_reason``); an empty text is not junk here (an empty cue has its own fallback)."""
+    return bool(text.strip()) and junk_reason(text) is not None
+
+
+def _day(t: datetime) -> str:
+    """``8 May 2023``: the date as narratives write it."""
+    return f"{t.day} {t:%B %Y}"
+
+
+def _names(speakers: list[str]) -> str:
+    """``A``, ``A and B``, ``A, B and C``."""
+    return speakers[0] if len(speakers) == 1 else f"{', '.join(speakers[:-1])} and {speakers[-1]}"
+
+
+def fallback_cue(msgs: Sequence[StoredMessage]) -> str:
+    """``Caroline and Melanie talked on 8 May 2023``: the cue of ``fallback_narrative``."""
+    speakers = list(dict.fromkeys(m.speaker for m in msgs))
+    return f"{_names(speakers)} {'talked' if len(speakers) > 1 else 'wrote'} on {_day(msgs[0].timestamp)}"
+
+
+def fallback_narrative(msgs: Sequence[StoredMessage], max_chars: int = FALLBACK_NARRATIVE_CHARS) -> str:
+    """A narrative that is faithful by construction, for an episode P_nar gave none for: ``On 8 May 2023 Caroline
+    and Melanie talked. Caroline said: “I went to a support group.” Melanie said: “…”``.
+
+    Each message is quoted (at most ``FALLBACK_QUOTE_CHARS`` characters, ``insight_rules.quote_text``) and
+    attributed to its speaker, in order, with ``On <date>`` wherever the day changes; messages that carry no fact
+    (``insight_rules.carries_no_fact``: greetings, thanks, reactions) are left out unless every one is such. Quotes
+    stop before the text would pass ``max_chars`` (at least one is kept), and the rest are counted:
+    ``(3 more messages)``.
+    """
+    speakers = list(dict.fromkeys(m.speaker for m in msgs))
+    telling = [m for m in msgs if not carries_no_fact(m.content, set(speakers))] or list(msgs)
+    parts = [f"On {_day(msgs[0].timestamp)} {_names(speakers)} talked." if len(speakers) > 1 else ""]
+    day = _day(msgs[0].timestamp) if len(speakers) > 1 else None
+    for n, m in enumerate(telling):
+        when = "" if _day(m.timestamp) == day else f"On {_day(m.timestamp)} "
+        day = _day(m.timestamp)
+        part = f"{when}{m.speaker} said: \u201c{quote_text(m.content, FALLBACK_QUOTE_CHARS)}\u201d"
+        if n and len(" ".join([*parts, part])) > max_chars:
+            parts.append(f"({len(telling) - n} more message{'s' if len(telling) - n > 1 else ''})")
+            break
+        parts.append(part)
+    return " ".join(p for p in parts if p)
+
+
+def _merged_guard(old: Episode, new: Episode, cue: str, narrative: str) -> tuple[str, str]:
+    """P_int's (cue, narrative), with a junk narrative (``junk.junk_reason``) replaced by the two narratives in
+    order and a junk cue by the earlier cue (``integrate_junk_fallback``, no re-ask)."""
+    if _is_junk(narrative) or _is_junk(cue):
+        tally("integrate_junk_fallback")
+        narrative = f"{old.narrative} {new.narrative}" if _is_junk(narrative) else narrative
+        cue = old.cue if _is_junk(cue) else cue
+    return cue, narrative
+
+
 def _earliest(times: Iterable[datetime], naive_timezone: str) -> datetime:
     """The earliest of ``times`` by ``instant``, returned as given (its own clock time and offset)."""
     return min(times, key=lambda t: instant(t, naive_timezone))
@@ -208,17 +271,42 @@ class EpisodicIntegration(dspy.Module):
         return [[messages[i - 1] for i in g] for g in groups]
 
     def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
-        """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2).
+        """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2), never storing junk.
 
-        A narrative that is one of the messages copied as a chat line (``<speaker>: …``, ``insight_rules``) is no
-        narrative: with ``message_timestamps="on_change"`` P_nar is asked once more with every message dated
-        (the paper's layout), where the 0.5B model does write one (``narrate_copied_line``)."""
-        pred = self._narrate(msgs, self.res.settings.message_timestamps)
-        if (self.res.settings.message_timestamps != "per_message"
-                and is_chat_line(str(pred.narrative), {m.speaker for m in msgs})):
-            tally("narrate_copied_line")
-            pred = self._narrate(msgs, "per_message")
-        return self._episode(user_id, msgs, str(pred.cue), str(pred.narrative), window)
+        P_nar is asked once more, with the messages in the other ``message_timestamps`` layout (a new prompt, so
+        the response cache cannot replay the same reply), when its reply
+
+        * is one of the messages copied as a chat line (``<speaker>: …``, ``insight_rules``) under
+          ``message_timestamps="on_change"``: the re-ask dates every message (the paper's layout), where the
+          0.5B model does write a narrative (``narrate_copied_line``);
+        * has a narrative or cue that echoes an instruction or a field description or is a placeholder
+          (``junk.junk_reason``; ``narrate_junk_retry``).
+
+        If the re-ask's narrative is junk or a copied chat line too, the episode gets ``fallback_narrative`` (the
+        messages quoted, attributed and dated; ``narrate_fallback``); a junk cue alone gets ``fallback_cue``
+        (``narrate_fallback_cue``). An echo is never stored."""
+        layout = self.res.settings.message_timestamps
+        pred = self._narrate(msgs, layout)
+        cue, narrative = str(pred.cue), str(pred.narrative)
+        copied = layout != "per_message" and is_chat_line(narrative, {m.speaker for m in msgs})
+        if copied or _is_junk(narrative) or _is_junk(cue):
+            tally("narrate_copied_line" if copied else "narrate_junk_retry")
+            pred = self._narrate(msgs, "on_change" if layout == "per_message" else "per_message")
+            cue, narrative = self._guarded(msgs, str(pred.cue), str(pred.narrative))
+        return self._episode(user_id, msgs, cue, narrative, window)
+
+    def _guarded(self, msgs: list[StoredMessage], cue: str, narrative: str) -> tuple[str, str]:
+        """(cue, narrative) of a re-asked P_nar reply with what is still unusable replaced: a junk or copied-line
+        narrative by ``fallback_narrative`` (``narrate_fallback``), a junk cue by ``fallback_cue``
+        (``narrate_fallback_cue``). An empty narrative is left for ``_episode`` to refuse."""
+        if _is_junk(narrative) or is_chat_line(narrative, {m.speaker for m in msgs}):
+            tally("narrate_fallback")
+            log.info("P_nar gave no usable narrative after a re-ask (%r); storing the messages quoted", narrative[:200])
+            narrative = fallback_narrative(msgs)
+        if _is_junk(cue):
+            tally("narrate_fallback_cue")
+            cue = fallback_cue(msgs)
+        return cue, narrative
 
     def _narrate(self, msgs: list[StoredMessage], timestamps: str) -> dspy.Prediction:
         s = self.res.settings
@@ -259,7 +347,16 @@ class EpisodicIntegration(dspy.Module):
         if items is None:
             log.info("batched narration reply does not match the %d groups; narrating group by group", len(groups))
             return None
-        return [self._episode(user_id, g, cue, narrative, window) for g, (cue, narrative) in zip(groups, items)]
+        return [self._batched_episode(user_id, g, cue, narrative, window) for g, (cue, narrative) in zip(groups, items)]
+
+    def _batched_episode(self, user_id: str, msgs: list[StoredMessage], cue: str, narrative: str,
+                         window: int) -> Episode:
+        """The episode of one group of a batched reply; a junk narrative or cue (``junk.junk_reason``) sends the group
+        to ``narrate_group`` (its own re-ask and fallback; counted ``narrate_junk_retry``)."""
+        if _is_junk(narrative) or _is_junk(cue):
+            tally("narrate_junk_retry")
+            return self.narrate_group(user_id, msgs, window)
+        return self._episode(user_id, msgs, cue, narrative, window)
 
     def _episode(self, user_id: str, msgs: list[StoredMessage], cue: str, narrative: str, window: int) -> Episode:
         """The episode of ``msgs`` narrated as (cue, narrative); v = emb(cue ‖ narrative).
@@ -286,6 +383,7 @@ class EpisodicIntegration(dspy.Module):
         cue, narrative = str(pred.cue).strip(), str(pred.narrative).strip()
         if not narrative:
             raise LLMError("integration returned an empty narrative. Fix: retry later or use a stronger model.")
+        cue, narrative = _merged_guard(old, new, cue, narrative)
         ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
         return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=old.messages + new.messages,

@@ -10,14 +10,15 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import dspy
 import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import message_lines, not_a_fact
+from ..insight_rules import SourceLine, dated_message_lines, rule_insight, source_lines
+from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import tally
@@ -98,28 +99,69 @@ class Consolidation:
         return False
 
 
-def _clean_insights(raw: object, messages: str = "") -> list[str]:
-    """Insights as distinct, non-empty strings (bullets stripped); None or [] → []; noise dropped; with the
-    episode's ``messages`` as P_dis saw them (rendered lines), questions, chat lines and verbatim copies of a
-    message are dropped too (``insight_rules.not_a_fact``, counted as ``insights_dropped.<reason>``)."""
+def _clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessage] | None = None) -> list[str]:
+    """The insights to store from a P_dis / Nemori-s reply: distinct, non-empty strings (bullets stripped);
+    None or [] → [].
+
+    Args:
+        raw: the reply's ``insights`` (a list, one string, or None).
+        messages: the episode's messages as P_dis saw them (``render_messages`` lines, either timestamp layout).
+        source: the episode's ``StoredMessage`` list P_dis saw (speaker, content, timestamp); with ``messages``
+            or alone it tells which message an insight copies and its date. Neither given: only the checks that
+            need no messages run.
+
+    Each insight, in order (every drop logged at INFO and counted in the ledger):
+
+    1. machine noise (``noise.is_noise_insight``) → dropped, ``noise_insights_dropped``;
+    2. junk (``junk.junk_reason``): an echo of an instruction or a field description, or a placeholder such as
+       ``NOTHING_PREDICTED`` → dropped, ``insights_dropped.<instruction_echo|field_description_echo|placeholder>``;
+    3. with messages, ``insight_rules.rule_insight``: a question → ``insights_dropped.question``; a chat line or a
+       copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
+       chat line matching no message of its speaker → ``insights_dropped.chat_line``; any other chat line or copy
+       becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``;
+    4. a fact with no predicate (``junk.is_fragment``: ``"reading"``, ``"but when I look after myself"``) →
+       ``insights_dropped.fragment``.
+
+    A third-person fact restating a message (``"Caroline went to an LGBTQ support group on 7 May 2023."``) is kept
+    as it is.
+    """
     items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
-    lines = message_lines(messages) if messages else []
+    lines = dated_message_lines(messages) if messages else []
+    lines += source_lines(source) if source else []
     out: list[str] = []
     for x in items:
         t = str(x).strip().lstrip("-•* ").strip() if x is not None else ""
-        if not t or not normalise_fact(t) or normalise_fact(t) in {normalise_fact(o) for o in out}:
+        if not t or not normalise_fact(t):
             continue
-        if is_noise_insight(t):
-            tally("noise_insights_dropped")
-            log.info("insight dropped as machine noise: %r", t[:200])
+        fact, reason = _rule(t, lines)
+        if fact is None:
+            if reason is not None:
+                tally(f"insights_dropped.{reason}" if reason != "noise" else "noise_insights_dropped")
+                log.info("insight dropped (%s): %r", reason, t[:200])
             continue
-        reason = not_a_fact(t, lines) if lines else None
-        if reason is not None:
-            tally(f"insights_dropped.{reason}")
-            log.info("insight dropped (%s): %r", reason, t[:200])
+        if normalise_fact(fact) in {normalise_fact(o) for o in out}:
             continue
-        out.append(t)
+        if reason == "attributed":
+            tally("insights_attributed")
+            log.info("insight %r stored attributed as %r", t[:200], fact[:200])
+        out.append(fact)
     return out
+
+
+def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None]:
+    """(text to store or None, why): steps 1-4 of ``_clean_insights`` for one non-empty insight; ``why`` is a drop
+    reason (``"noise"`` for machine noise), ``"attributed"``, or None for an insight kept as it is."""
+    if is_noise_insight(insight):
+        return None, "noise"
+    junk = junk_reason(insight)
+    if junk is not None:
+        return None, junk
+    fact, outcome = rule_insight(insight, lines) if lines else (insight, "kept")
+    if fact is None:
+        return None, outcome
+    if outcome == "kept" and is_fragment(fact):
+        return None, "fragment"
+    return fact, None if outcome == "kept" else outcome
 
 
 def _human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
@@ -207,12 +249,12 @@ class SemanticDistillation(dspy.Module):
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
                                s.message_timestamps)
         if self.res.settings.distillation == "direct":
-            return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs), []
+            return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs, content), []
         evoked = self.evoke(user_id, episode)
         predicted = predict_episode(self.anticipate, self.res.settings, dated_cue(episode),
                                     [render_fact(e) for e in evoked])
         found = self.distill(episode_messages=msgs, predicted_episode=predicted).insights
-        return _clean_insights(found, msgs), [e.text for e in evoked]
+        return _clean_insights(found, msgs, content), [e.text for e in evoked]
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
         """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with

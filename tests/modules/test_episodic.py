@@ -350,3 +350,86 @@ def test_a_narrative_that_copies_a_message_line_is_asked_again_with_every_messag
         mem.flush("u")
     assert [ep.narrative for ep in mem.list_episodes("u")] == ["Jon told Gina about his trip to Paris in May 2023."]
     assert lm.calls["NarrateEpisode"] == 2 and mem.usage.counters["narrate_copied_line"] == 1
+
+
+# --- no junk in a narrative (issue 19): an echo is asked again once, then replaced by the quoted messages
+from nemori_dspy.modules.episodic import fallback_cue, fallback_narrative  # noqa: E402
+from nemori_dspy.types import StoredMessage  # noqa: E402
+
+#: what the 0.5B model wrote as a narrative: P_nar's instruction (its narrative clause) word for word
+ECHO = ("A faithful third-person account of what happened and what was said, naming the speakers, keeping concrete "
+        "details (names, places, numbers, feelings, plans). Do not invent facts.")
+TRIP = [{"speaker": "Jon", "content": "Hey Gina! Good to see you!", "timestamp": "2023-05-24T10:00:00"},
+        {"speaker": "Jon", "content": "I went to Paris last week with my sister.", "timestamp": "2023-05-24T10:01:00"},
+        {"speaker": "Gina", "content": "Wow!", "timestamp": "2023-05-24T10:02:00"}]
+
+
+def _narrated(tmp_path, narrate, **settings):
+    responders = default_responders()
+    responders["NarrateEpisode"] = narrate
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(**settings))
+        mem.add_messages("u", TRIP)
+        mem.flush("u")
+    return lm, mem
+
+
+@pytest.mark.parametrize("layout", ["on_change", "per_message"])
+def test_an_echoed_narrative_is_asked_again_once_in_the_other_layout(tmp_path, layout):
+    first = {}
+
+    def narrate(i):
+        first.setdefault("layout", i["messages"][:20])
+        if i["messages"][:20] == first["layout"]:
+            return chat_reply(cue="Jon tells Gina about Paris", narrative=ECHO)
+        return chat_reply(cue="Jon tells Gina about Paris", narrative="Jon told Gina about his trip to Paris.")
+
+    lm, mem = _narrated(tmp_path, narrate, message_timestamps=layout)
+    assert [ep.narrative for ep in mem.list_episodes("u")] == ["Jon told Gina about his trip to Paris."]
+    assert lm.calls["NarrateEpisode"] == 2 and mem.usage.counters["narrate_junk_retry"] == 1
+    assert "narrate_fallback" not in mem.usage.counters
+
+
+def test_an_echo_twice_stores_the_messages_quoted_attributed_and_dated(tmp_path):
+    lm, mem = _narrated(tmp_path, lambda i: chat_reply(cue="(none)", narrative=ECHO))
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == ("On 24 May 2023 Jon and Gina talked. "  # the greeting and "Wow!" are left out
+                            "Jon said: \u201cI went to Paris last week with my sister.\u201d")
+    assert ep.cue == "Jon and Gina talked on 24 May 2023" and ECHO not in ep.narrative
+    assert lm.calls["NarrateEpisode"] == 2
+    assert {k: mem.usage.counters[k] for k in ("narrate_junk_retry", "narrate_fallback", "narrate_fallback_cue")} == {
+        "narrate_junk_retry": 1, "narrate_fallback": 1, "narrate_fallback_cue": 1}
+
+
+def test_a_copied_line_after_its_re_ask_is_replaced_too(tmp_path):
+    lm, mem = _narrated(tmp_path, lambda i: chat_reply(cue="Paris", narrative="Jon: I went to Paris last week."))
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative.startswith("On 24 May 2023 Jon and Gina talked.") and ep.cue == "Paris"
+    assert mem.usage.counters["narrate_copied_line"] == 1 and mem.usage.counters["narrate_fallback"] == 1
+
+
+def test_a_junk_episode_of_a_batched_reply_is_narrated_on_its_own(tmp_path):
+    responders = default_responders()
+    batched = responders["NarrateEpisodes"]
+
+    def echo_first(i):  # the batched narrator echoes the description for group 1
+        return batched(i).replace('"narrative": "', f'"narrative": "{ECHO}", "x": "', 1)
+
+    responders["NarrateEpisodes"] = echo_first
+    lm, eps = _run(tmp_path, responders, narration_mode="batched")
+    assert lm.calls["NarrateEpisodes"] == 1 and lm.calls["NarrateEpisode"] == 1 and len(eps) == 4
+    assert all(ECHO not in e.narrative for e in eps)
+
+
+def test_the_fallback_narrative_dates_each_day_and_stays_within_its_cap():
+    t = datetime(2023, 5, 8, 13, 0)
+    msgs = [StoredMessage(user_id="u", id=f"m{i}", seq=i, speaker="Caroline" if i % 2 else "Melanie",
+                          content=f"I painted picture number {i} of the lake at dawn. " * 3,
+                          timestamp=t + timedelta(days=i // 3)) for i in range(12)]
+    text = fallback_narrative(msgs, max_chars=900)
+    assert text.startswith("On 8 May 2023 Melanie and Caroline talked. Melanie said: \u201cI painted picture number 0")
+    assert "On 9 May 2023 Caroline said" in text and text.endswith("more messages)") and len(text) <= 900 + 20
+    one = fallback_narrative(msgs[:1])
+    assert one.startswith("On 8 May 2023 Melanie said: \u201c")
+    assert fallback_cue(msgs[:1]) == "Melanie wrote on 8 May 2023"

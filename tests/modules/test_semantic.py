@@ -552,15 +552,68 @@ def test_the_paper_consolidates_an_insight_against_the_episodes_earlier_ones(tmp
     assert lm.calls["ConsolidateKnowledge"] == 1 and [e.text for e in pred.inserts] == ["Caroline has a dog."]
 
 
-def test_a_chat_line_or_question_from_p_dis_is_not_stored(tmp_path, ledger):
+def _distill(tmp_path, insights, **settings):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    responders = default_responders()
+    responders["DistillPredictionError"] = responders["DistillDirect"] = lambda i: chat_reply(insights=insights)
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        return _module(store, TableEmbedder({}), None, **settings)(user_id="u", episode=_episode(unit_vector(0)))
+
+
+def _dropped(ledger) -> dict[str, int]:
+    return {k: v for k, v in ledger.counters.items() if k.startswith("insights_dropped.")}
+
+
+def test_a_copied_chat_line_becomes_one_attributed_dated_fact_and_a_question_is_dropped(tmp_path, ledger):
+    pred = _distill(tmp_path, ["Caroline: I adopted a dog named Rex.", "What breed is he?",
+                               "I adopted a dog named Rex!", "Caroline adopted a dog named Rex on 8 May 2023."])
+    # both copies of her message give one fact, quoting the message, dated by its timestamp
+    assert pred.insights == ["Caroline said on 2023-05-08: \u201cI adopted a dog named Rex.\u201d",
+                             "Caroline adopted a dog named Rex on 8 May 2023."]
+    assert [e.text for e in pred.inserts] == pred.insights
+    assert _dropped(ledger) == {"insights_dropped.question": 1} and ledger.counters["insights_attributed"] == 1
+
+
+
+@pytest.mark.parametrize("distillation", ["prediction_error", "direct"])
+def test_junk_and_fragments_are_never_stored_and_each_is_counted(tmp_path, ledger, distillation):
+    from nemori_dspy.modules.semantic import NOTHING_PREDICTED
+
+    pred = _distill(tmp_path, [
+        "reading", "but when I look after myself", "relationships", "preferences",    # comma pieces, instruction
+        "The prediction missed the following facts: Gina's identity",                  # talk about the task
+        "no information about these people yet", NOTHING_PREDICTED,                   # placeholders
+        "third-person narrative with absolute dates, 2-6 sentences",                  # P_nar's field description
+        "Caroline adopted a dog named Rex on 8 May 2023."], distillation=distillation)
+    assert pred.insights == ["Caroline adopted a dog named Rex on 8 May 2023."]
+    dropped = _dropped(ledger)
+    assert set(dropped) <= {f"insights_dropped.{r}" for r in
+                            ("instruction_echo", "field_description_echo", "placeholder", "fragment")}
+    assert sum(dropped.values()) == 8 and dropped["insights_dropped.placeholder"] == 2
+    assert dropped["insights_dropped.fragment"] >= 2
+
+
+def test_a_greeting_copied_from_the_episode_is_dropped_as_no_fact(tmp_path, ledger):
+    ts = datetime(2023, 5, 8, 13, 0)
+    msgs = [StoredMessage(user_id="u", id=f"D1:{i}", seq=i, speaker=who, content=text, timestamp=ts)
+            for i, (who, text) in enumerate([("Jolene", "Hi Deb! Good to meet you!"),
+                                             ("Deborah", "I started a pottery class on Monday.")], 1)]
+    ep = Episode(id="ep_new", user_id="u", cue="c", narrative="n", message_ids=[m.id for m in msgs], messages=msgs,
+                 start=ts, end=ts, vector=unit_vector(0))
     store = SQLiteStore(tmp_path / "m.db")
     store.check_embedder("table-3", 3)
     responders = default_responders()
     responders["DistillPredictionError"] = lambda i: chat_reply(insights=[
-        "Caroline: I adopted a dog named Rex.", "What breed is he?", "I adopted a dog named Rex!",
-        "Caroline adopted a dog named Rex on 8 May 2023."])
+        "Jolene: Hi Deb! Good to meet you!", "I started a pottery class on Monday."])
     with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
-        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=_episode(unit_vector(0)))
-    assert pred.insights == ["Caroline adopted a dog named Rex on 8 May 2023."]
-    assert {k: v for k, v in ledger.counters.items() if k.startswith("insights_dropped.")} == {
-        "insights_dropped.chat_line": 1, "insights_dropped.question": 1, "insights_dropped.verbatim_copy": 1}
+        pred = _module(store, TableEmbedder({}), None)(user_id="u", episode=ep)
+    assert pred.insights == ["Deborah said on 2023-05-08: \u201cI started a pottery class on Monday.\u201d"]
+    assert _dropped(ledger) == {"insights_dropped.no_fact": 1}
+
+
+def test_the_rendered_messages_alone_give_the_dates_for_callers_without_stored_messages():
+    from nemori_dspy.modules.semantic import _clean_insights
+
+    assert _clean_insights(["Sam: I quit the bakery"], "[2023-09-15 10:00]\nSam: I quit the bakery.") == [
+        "Sam said on 2023-09-15: \u201cI quit the bakery.\u201d"]
