@@ -3,6 +3,7 @@
 | name | memory built | answer context |
 |---|---|---|
 | ``nemori`` | Nemori (prediction-error distillation) | episodes + raw top-r + semantic (§3.4) |
+| ``nemori-paper`` | Nemori as the paper configures it: every addition of ours off (``PAPER_FAITHFUL``) | as ``nemori``, with the paper's answer side (vector-only search, k/m/r uncut) |
 | ``nemori-s`` | direct distillation (Appendix D.2) | semantic only (Table 5) |
 | ``nemori-no-episodic`` | Nemori | semantic only (w/o e) |
 | ``nemori-no-semantic`` | Nemori | episodes + raw (w/o s) |
@@ -19,14 +20,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nemori_dspy.config import PAPER_FAITHFUL
 from nemori_dspy.errors import ConfigError
 
-__all__ = ["System", "SYSTEMS", "parse_systems"]
+__all__ = ["System", "SYSTEMS", "parse_systems", "ANSWER_SIDE", "PAPER_CONSTRUCTION", "PAPER_ANSWER"]
+
+#: Settings read only when answering (retrieval and the answer context, §3.4): a system's ``answer`` overrides.
+#: They never shape what construction stores, so systems differing only in them share one built memory.
+ANSWER_SIDE = frozenset({"lexical_weight", "answer_context_tokens", "episodes_top_k", "semantic_top_k",
+                         "raw_episodes_top_r"})
+#: ``nemori-paper``'s construction overrides: every method setting of ``PAPER_FAITHFUL`` but the answer side and
+#: the server's prompt cache (a runtime flag; it does not change a reply).
+PAPER_CONSTRUCTION = {k: v for k, v in PAPER_FAITHFUL.items() if k not in ANSWER_SIDE and k != "local_prompt_cache"}
+#: ``nemori-paper``'s answer overrides: vector-only search (lexical_weight 0), the paper's k = 10, m = 20, r = 2 uncut.
+PAPER_ANSWER = {k: v for k, v in PAPER_FAITHFUL.items() if k in ANSWER_SIDE}
 
 
 @dataclass(frozen=True)
 class System:
-    """One system: what memory it builds (``construction`` overrides of NemoriSettings) and how it answers."""
+    """One system: what memory it builds (``construction`` overrides of NemoriSettings) and how it answers
+    (``answer`` overrides of the ``ANSWER_SIDE`` settings, applied to the memory it answers from; the context parts
+    it includes)."""
 
     name: str
     builds: Literal["nemori", "rag", "none"]
@@ -35,6 +49,7 @@ class System:
     include_episodes: bool = True
     include_semantic: bool = True
     include_raw: bool = True
+    answer: dict = field(default_factory=dict)
 
     def construction_key(self) -> str:
         """Systems with equal keys share one built memory."""
@@ -43,6 +58,7 @@ class System:
 
 SYSTEMS: dict[str, System] = {s.name: s for s in [
     System("nemori", "nemori", "memory"),
+    System("nemori-paper", "nemori", "memory", PAPER_CONSTRUCTION, answer=PAPER_ANSWER),
     System("nemori-s", "nemori", "memory", {"distillation": "direct"}, include_episodes=False, include_raw=False),
     System("nemori-no-episodic", "nemori", "memory", include_episodes=False, include_raw=False),
     System("nemori-no-semantic", "nemori", "memory", include_semantic=False),

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
+__all__ = ["MEMORY_WRITING_STAGES", "NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
+           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "NOT_IN_PAPER", "ASSOCIATION_MIN_SIMILARITY", "CONSOLIDATION_MIN_SIMILARITY", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -46,6 +46,9 @@ DEFAULT_STAGE_MAX_TOKENS = {
     "narrate_batch": 1200, "consolidate_batch": 600,
 }
 
+#: Stages that write what memory holds (narratives and facts): ``local_memory_model`` serves them.
+MEMORY_WRITING_STAGES = ("narrate", "narrate_batch", "integrate", "distill", "direct_distill")
+
 #: Segments shorter than this many messages become one episode without a P_par call (``partition_min_messages``).
 #: 3 because the smallest coherent episode is one exchange — a message and its reply: P_par could only cut a
 #: 2-message segment into a question without its answer and an answer without its question, two episodes that
@@ -65,18 +68,62 @@ PARTITION_MESSAGE_CHARS = 160
 #: messages and facts by rank.
 ANSWER_CONTEXT_TOKENS = 2000
 
-#: The paper-faithful value of every cost switch (README "Cost switches"): what §3.2-§3.4 describe.
+#: The paper's value of every method setting (§3.2-§4.1, Appendix D): ``NemoriSettings(**PAPER_FAITHFUL)`` is the
+#: paper's configuration with every addition of ours off (the ``nemori-paper`` eval system). Every field of
+#: ``NemoriSettings`` is either here or in ``NOT_IN_PAPER``; a test checks it, so a new setting must record its
+#: paper value (or say why the paper has none).
 PAPER_FAITHFUL: dict[str, Any] = {
+    # cost switches (README "Cost switches")
     "consolidation_mode": "per_insight", "narration_mode": "per_group", "partition_min_messages": 2,
     "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
     "partition_message_chars": None, "anticipate_without_facts": True, "consolidate_within_episode": True,
-    # our guards with a paper value too: no similarity floor before P_con (top K_m whatever their cosine), τ = 0.70
-    "consolidation_min_similarity": None, "evoke_threshold": 0.70,
+    # our guards, off: no similarity floor before P_con (top K_m whatever their cosine) or P_sel (top K_e), τ = 0.70
+    "consolidation_min_similarity": None, "association_min_similarity": None, "evoke_threshold": 0.70,
+    # our additions, off: no gap split before P_par, no time guard on merge candidates, vector-only answer search,
+    # no date pre-resolution (the paper's LLM reasons about "yesterday" itself while forming memory, Appendix B.1)
+    "episode_split_gap_hours": None, "association_max_gap_hours": None, "lexical_weight": 0.0,
+    "resolve_relative_dates": False,
     # every message carries its own timestamp in the paper's prompts (Appendix D)
     "message_timestamps": "per_message",
     # fixed windows of w = 20 messages (§3.2.1, §4.1)
     "window_size": 20, "hold_open_segment": False,
+    # §4.1: K_e = K_m = 5, K_s = 10, k = 10, m = 2k = 20, r = 2 (the defaults here too)
+    "association_top_k": 5, "consolidation_top_k": 5, "evoke_top_k": 10, "episodes_top_k": 10, "semantic_top_k": 20,
+    "raw_episodes_top_r": 2,
+    # Nemori itself: prediction-error distillation (§3.3.2), P_con (§3.3.3), structured semantic memory (§3.3)
+    "distillation": "prediction_error", "consolidation": True, "semantic_management": "structured",
+    # zero-shot prompts (Appendix D): no seed demos
+    "seed_demos": False,
 }
+
+#: Settings the paper has no value for: which model, embedder, store and server run, retries, prompt-size
+#: bounds, serving and tracking. They do not switch a method step on or off.
+NOT_IN_PAPER: frozenset[str] = frozenset({
+    "model", "api_base", "api_key", "temperature", "seed", "max_tokens", "stage_lms", "predictor_classes",
+    "judge_model", "judge_prompt", "judge_audit", "adapter", "cache", "num_retries", "parse_retries", "timeout_s",
+    "gguf", "models_dir", "local_model_size", "local_memory_model", "n_ctx", "n_threads", "flash_attn", "server_port", "embedder",
+    "embedder_path", "embedder_backend", "cache_dir", "store", "db_path", "weaviate_url", "locomo_path",
+    "naive_timezone", "summary_max_chars", "max_message_chars", "max_prompt_chars", "api_token",
+    "mlflow_tracking_uri", "mlflow_experiment", "mlflow_tracing",
+})
+
+#: Default cosine floor before P_con (``consolidation_min_similarity``, §3.3.3 guard), from ``python -m
+#: benchmarks.consolidation_floor`` on the 76 hand-written pairs of tests/data/consolidation_pairs.jsonl with
+#: all-MiniLM-L6-v2: 0.40 is the highest floor at which all 28 updates of one person's fact (cosine 0.41-0.94,
+#: median 0.76) and all 12 refinements reach P_con; 15 of 36 negatives leak (same person, other topic 9/12 — the
+#: name dominates MiniLM's cosine; other person 3/12; same template 3/12). At 0.50 (the earlier default) 2 updates
+#: were missed ("Noor wants to study medicine." → "... become an architect instead." 0.50) and 3 negatives leaked.
+CONSOLIDATION_MIN_SIMILARITY = 0.40
+
+#: Default cosine floor on merge candidates (``association_min_similarity``, §3.2.3 guard): only earlier episodes at
+#: or above it reach P_sel. Measured by ``python -m benchmarks.association_guard --unit summary|window``
+#: (all-MiniLM-L6-v2, locomo10.json, 788 session pairs one question's evidence joins vs 2,875 it does not): MiniLM's cosine barely
+#: tells them apart (AUC 0.55 on session summaries, 0.57 on 10-turn windows), so the floor only thins the
+#: candidates and P_sel decides the rest. At 0.70 the top K_e = 5 keep 86% (summaries) / 70% (windows) of the
+#: continuations, 62% / 36% of all unrelated pairs pass it, and 6% / 15% of later sessions have no candidate left (no P_sel
+#: call). 0.70 is the summary proxy's suggestion (highest floor keeping >= 80% of the continuations); windows
+#: suggest 0.65.
+ASSOCIATION_MIN_SIMILARITY = 0.70
 
 #: Default w (``window_size``). The paper uses 20 and reports the score flat for w from 5 to 40 (Table 11). With
 #: ``hold_open_segment`` a window ends at a time gap, so w only bounds one conversation's run: at 20 a LoCoMo
@@ -103,8 +150,18 @@ def default_evoke_threshold(embedder: str) -> float:
 class StageLM(BaseModel):
     """Per-stage override of the LLM: a litellm model string and/or a max_tokens cap."""
 
-    model: str | None = Field(default=None, description="litellm model string; None = the main model")
+    model: str | None = Field(default=None, description="litellm model string, or 'local:0.5b' / 'local:1.5b' (an "
+                              "embedded server of that size, shared with a local judge of that size); None = the "
+                              "main model")
     max_tokens: int | None = Field(default=None, gt=0, description="output token cap for this stage")
+
+    @field_validator("model")
+    @classmethod
+    def _local_size(cls, v: str | None) -> str | None:
+        if isinstance(v, str) and v.startswith("local:") and v[6:] not in ("0.5b", "1.5b"):
+            raise ValueError(f"unknown local model size {v[6:]!r}; use 'local:0.5b' or 'local:1.5b', "
+                             "or a litellm model string")
+        return v
 
 
 class NemoriSettings(BaseSettings):
@@ -145,6 +202,11 @@ class NemoriSettings(BaseSettings):
     gguf: str | None = Field(default=None, description="path to a GGUF file, or 'hf:<repo>/<file>' to download")
     models_dir: Path | None = Field(default=None, description="folder holding the Qwen2.5-Coder GGUF files and all-MiniLM-L6-v2/ (e.g. assembled by an offline-models tool); unset: $NEMORI_OFFLINE_MODELS, ~/.cache/nemori-offline-models, then the Hugging Face Hub")
     local_model_size: Literal["0.5b", "1.5b"] = Field(default="0.5b", description="which Qwen2.5-Coder GGUF 'local' uses when gguf is unset")
+    local_memory_model: Literal["0.5b", "1.5b"] | None = Field(
+        default="1.5b", description="with model='local': the embedded model size that writes memory, the stages in "
+        "MEMORY_WRITING_STAGES (P_nar, P_int, P_dis, Nemori-s), unless stage_lms names a model for one; it shares "
+        "a server with a local judge of that size. The 0.5B model misattributes who said what and copies first-person "
+        "lines into narratives and facts (README 'What memory holds'). None = the main model for every stage")
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
     flash_attn: bool = Field(default=True, description="embedded llama.cpp server: flash attention (--flash_attn); "
@@ -180,20 +242,27 @@ class NemoriSettings(BaseSettings):
         "many hours apart before P_par sees it (one episode never spans separate conversations); None = off")
     association_top_k: int = Field(default=5, ge=1, description="K_e: candidate episodes for merging (§3.2.3)")
     association_max_gap_hours: float | None = Field(
-        default=24.0, ge=0, description="our addition: only episodes within this many hours of the new one are "
-        "merge candidates (a continuation cut by the window is adjacent in time); None = the paper's behaviour")
+        default=None, ge=0, description="our addition: only episodes within this many hours of the new one are "
+        "merge candidates; None (default) = the paper's behaviour. 24 h removed every cross-session candidate on "
+        "LoCoMo (its shortest gap between sessions is 28 h), so P_sel/P_int never ran; association_min_similarity "
+        "is the guard now")
+    association_min_similarity: float | None = Field(
+        default=ASSOCIATION_MIN_SIMILARITY, ge=-1.0, le=1.0, description="our addition: only earlier episodes "
+        "with cosine >= this to the new episode (v = emb(cue ‖ narrative)) go to P_sel as merge candidates; none "
+        "→ no P_sel call (association.below_similarity). Stops the small model merging unrelated sessions "
+        "without excluding continuations (see ASSOCIATION_MIN_SIMILARITY for the measurement). None = the "
+        "paper's behaviour (the top K_e whatever their similarity, §3.2.3)")
     evoke_top_k: int = Field(default=10, ge=0, description="K_s: evoked semantic entries (§3.3.1)")
     evoke_threshold: float | None = Field(
         default=None, ge=-1.0, le=1.0, description="τ: cosine threshold for evocation (§3.3.1); None = the "
         "measured default of the embedder (EVOKE_THRESHOLDS: 0.40 for all-MiniLM-L6-v2), else the paper's 0.70")
     consolidation_top_k: int = Field(default=5, ge=1, description="K_m: entries compared per insight (§3.3.3)")
     consolidation_min_similarity: float | None = Field(
-        default=0.5, ge=-1.0, le=1.0, description="our addition: only existing entries with cosine >= this to the "
-        "insight go to P_con (and so can be merged or retired by it); none above it → the insight is stored as new "
-        "without an LLM call. With all-MiniLM-L6-v2 same-template facts about different people score up to ~0.45 "
-        "('Alice lives in Paris.' / 'Bob lives in Berlin.' = 0.43) while updates of one person's fact score "
-        "0.55-0.9; a missed conflict keeps an old fact beside the new one, a wrong one deletes a true fact. "
-        "None = the paper's behaviour (the top K_m whatever their similarity)")
+        default=CONSOLIDATION_MIN_SIMILARITY, ge=-1.0, le=1.0, description="our addition: only existing entries "
+        "with cosine >= this to the insight (both embedded as bare text) go to P_con (and so can be merged or "
+        "retired by it); none above it → the insight is stored as new without an LLM call "
+        "(consolidation.below_floor). See CONSOLIDATION_MIN_SIMILARITY for the measurement. None = the paper's "
+        "behaviour (the top K_m whatever their similarity, §3.3.3)")
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
     lexical_weight: float = Field(
@@ -211,12 +280,19 @@ class NemoriSettings(BaseSettings):
     summary_max_chars: int = Field(default=6000, gt=0, description="flat management: a longer summary is cut at this "
                                    "many characters (oldest text kept, noted as summary_truncated) so P_ant, P_sum "
                                    "and P_ans prompts stay bounded")
-    resolve_relative_dates: bool = Field(default=True, description="write the absolute date next to 'last week', "
-                                         "'yesterday', … (from the message timestamp) in messages shown to P_nar, "
-                                         "P_dis and P_ans, so small models need not do date arithmetic (§3.2.2)")
+    resolve_relative_dates: bool = Field(default=True, description="our addition: write the absolute date next to "
+                                         "'last week', 'yesterday', … (from the message timestamp) in messages "
+                                         "shown to P_nar, P_dis and P_ans, so small models need not do date "
+                                         "arithmetic. False = the paper, whose LLM resolves them while forming "
+                                         "memory (Appendix B.1)")
     naive_timezone: str = Field(default="UTC", description="time zone in which timestamps without a UTC offset "
                                 "are read when they are ordered or subtracted (naive and offset-carrying messages "
                                 "of one user can then be mixed); prompts still show each message's own clock time")
+    seed_demos: bool = Field(
+        default=True, description="our addition: start each construction stage with its hand-written worked "
+        "example(s) (signatures/demos.py: invented people, no LoCoMo text) as DSPy demos, which an optimizer may "
+        "replace; zero-shot, the small model echoes field descriptions and copies chat lines. False = the paper's "
+        "zero-shot prompts (Appendix D)")
     # --- cost switches (README "Cost switches"; PAPER_FAITHFUL holds the paper's value of each)
     consolidation_mode: Literal["per_insight", "batched"] = Field(
         default="per_insight", description="P_con per insight (the paper, §3.3.3) or 'batched': every insight of "
@@ -272,7 +348,8 @@ class NemoriSettings(BaseSettings):
     mlflow_tracing: bool = Field(default=True, description="evals trace every LLM call (stage, inputs, outputs, tokens, "
                                  "latency) into their MLflow run; false turns tracing off")
 
-    @field_validator("episode_split_gap_hours", "association_max_gap_hours", "consolidation_min_similarity",
+    @field_validator("episode_split_gap_hours", "association_max_gap_hours", "association_min_similarity",
+                     "consolidation_min_similarity",
                      "answer_context_tokens", "partition_message_chars", mode="before")
     @classmethod
     def _off_words(cls, v: Any) -> Any:

@@ -9,19 +9,23 @@ from __future__ import annotations
 import hashlib
 import logging
 from datetime import datetime
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import dspy
+import numpy as np
 
 from ..errors import LLMError
 from ..insight_rules import carries_no_fact, is_chat_line, quote_text
 from ..junk import junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
-from ..types import Episode, StoredMessage, instant
+from ..types import Episode, ScoredEpisode, StoredMessage, instant
 from ..recording import stage_meta
 from ..usage import tally
 from .resources import Resources
+
+if TYPE_CHECKING:
+    from ..config import NemoriSettings
 
 __all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives",
            "FALLBACK_NARRATIVE_CHARS", "FALLBACK_QUOTE_CHARS", "fallback_narrative", "fallback_cue"]
@@ -200,6 +204,48 @@ def _merged_guard(old: Episode, new: Episode, cue: str, narrative: str) -> tuple
         narrative = f"{old.narrative} {new.narrative}" if _is_junk(narrative) else narrative
         cue = old.cue if _is_junk(cue) else cue
     return cue, narrative
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine of two vectors (unit vectors from the embedder: their dot product; 0.0 if either is empty)."""
+    if not len(a) or not len(b):
+        return 0.0
+    va, vb = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    return float(va @ vb / ((np.linalg.norm(va) * np.linalg.norm(vb)) or 1.0))
+
+
+def association_candidates(ep: Episode, hits: Sequence[ScoredEpisode], current: dict[str, Episode],
+                           settings: "NemoriSettings") -> list[Episode]:
+    """The merge candidates P_sel sees for ``ep`` (§3.2.3): the top-K_e ``hits``, each as its latest version in
+    ``current`` (an episode merged earlier in this window), deduplicated, then the two guards.
+
+    * time guard: ``association_max_gap_hours`` (None, the default: off) drops candidates further apart in time;
+      when it drops every candidate, ``association.no_candidate_in_gap`` is tallied;
+    * similarity guard: ``association_min_similarity`` keeps candidates whose cosine to ``ep`` (v = emb(cue ‖
+      narrative)) is at or above it; when none is left, ``association.below_similarity`` is tallied (no P_sel).
+
+    ``association.candidates`` counts the candidates considered (after deduplication, before the guards).
+    Returns the kept candidates, best first.
+    """
+    seen: dict[str, tuple[Episode, float]] = {}
+    for h in hits:
+        c = current.get(h.episode.id, h.episode)
+        score = h.score if c is h.episode else _cosine(ep.vector, c.vector)
+        if c.id not in seen or score > seen[c.id][1]:
+            seen[c.id] = (c, score)
+    if not seen:
+        return []
+    tally("association.candidates", len(seen))
+    cands = [(c, score) for c, score in seen.values()
+             if _adjacent(c, ep, settings.association_max_gap_hours, settings.naive_timezone)]
+    if not cands:
+        tally("association.no_candidate_in_gap")
+        return []
+    floor = settings.association_min_similarity
+    kept = cands if floor is None else [(c, score) for c, score in cands if score >= floor]
+    if not kept:
+        tally("association.below_similarity")
+    return [c for c, _ in sorted(kept, key=lambda cs: -cs[1])]
 
 
 def _earliest(times: Iterable[datetime], naive_timezone: str) -> datetime:
@@ -412,10 +458,7 @@ class EpisodicIntegration(dspy.Module):
         # which the llama.cpp server reuses from the previous prompt (README "Cost switches")
         for ep in self.narrate_groups(user_id, self.split(messages), window):
             hits = self.res.store.search_episodes(user_id, ep.vector, s.association_top_k, before_window=window)
-            cands = [current.get(h.episode.id, h.episode) for h in hits]
-            cands = [c for c in {c.id: c for c in cands}.values()
-                     if _adjacent(c, ep, s.association_max_gap_hours, s.naive_timezone)]
-            target = self.choose(ep, cands)
+            target = self.choose(ep, association_candidates(ep, hits, current, s))
             if target is not None:
                 merged = self.merge(target, ep, window)
                 tally("episode_merges")

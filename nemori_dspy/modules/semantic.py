@@ -258,7 +258,11 @@ class SemanticDistillation(dspy.Module):
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
         """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with
-        cosine ≥ ``consolidation_min_similarity`` (all of the top K_m when it is None), best first."""
+        cosine ≥ ``consolidation_min_similarity`` (all of the top K_m when it is None), best first (§3.3.3).
+
+        ``vec`` is the bare insight's embedding, compared with the entries' vectors of their bare text (the date
+        prefix of ``render_fact`` is in P_con's prompt only). Tallies ``consolidation.candidates_below_floor``
+        (entries of the top K_m cut by the floor) and ``consolidation.below_floor`` (insights left with none)."""
         k = self.res.settings.consolidation_top_k
         floor = self.res.settings.consolidation_min_similarity
         stored = self.res.store.search_semantic(user_id, vec, k + len(plan.deletes) + len(plan.inserts))
@@ -270,6 +274,8 @@ class SemanticDistillation(dspy.Module):
         kept = top if floor is None else [(e, score) for e, score in top if score >= floor]
         if len(kept) < len(top):
             tally("consolidation.candidates_below_floor", len(top) - len(kept))
+            if not kept:  # the insight had entries to compare with, none as similar as the floor: no P_con
+                tally("consolidation.below_floor")
         return kept
 
     def _visible_pending(self, plan: Consolidation) -> list[SemanticEntry]:

@@ -10,7 +10,8 @@ import pytest
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.memory import Memory
-from nemori_dspy.modules.episodic import repair_partition
+from nemori_dspy.modules.episodic import association_candidates, repair_partition
+from nemori_dspy.types import Episode, ScoredEpisode
 from nemori_dspy.store.sqlite import SQLiteStore
 from tests.fakes import ScriptedLM, chat_reply, default_responders
 
@@ -154,15 +155,53 @@ def test_narration_failing_permanently_stores_no_episode_and_keeps_messages_pend
     assert sorted(m for ep in mem.list_episodes("u") for m in ep.message_ids) == sorted(f"D1:{i}" for i in range(1, 11))
 
 
-def test_episodes_far_apart_in_time_are_not_merge_candidates(tmp_path):
+def _two_sessions(tmp_path, **settings):
+    """Two 10-message sessions a month apart, P_sel always choosing candidate 1: (memory, scripted LM)."""
     responders = default_responders(groups_of=10)
     responders["SelectContinuation"] = lambda i: chat_reply(choice=1)
     lm = ScriptedLM(responders)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10, **settings))
         mem.add_messages("u", _messages(10))
         mem.add_messages("u", _messages(10, start=datetime(2023, 6, 9, 14, 0), prefix="D2"))  # a month later
+    return mem, lm
+
+
+def test_episodes_far_apart_in_time_are_not_merge_candidates_under_the_gap_guard(tmp_path, ledger):
+    mem, lm = _two_sessions(tmp_path, association_max_gap_hours=24)
     assert len(mem.list_episodes("u")) == 2 and "SelectContinuation" not in lm.calls
+    assert ledger.counters["association.candidates"] == 1 and ledger.counters["association.no_candidate_in_gap"] == 1
+
+
+def test_by_default_an_earlier_session_is_a_candidate_and_p_sel_decides(tmp_path, ledger):
+    """No time guard by default (LoCoMo's sessions are >= 28 h apart): an earlier session a month before reaches
+    P_sel (the similarity floor is off here: hashing vectors are not MiniLM's)."""
+    mem, lm = _two_sessions(tmp_path, association_min_similarity=None)
+    assert lm.calls["SelectContinuation"] == 1 and len(mem.list_episodes("u")) == 1
+    assert ledger.counters["association.candidates"] == 1 and "association.below_similarity" not in ledger.counters
+
+
+def test_candidates_below_the_similarity_floor_never_reach_p_sel(tmp_path, ledger):
+    mem, lm = _two_sessions(tmp_path, association_min_similarity=0.999)
+    assert "SelectContinuation" not in lm.calls and len(mem.list_episodes("u")) == 2
+    assert ledger.counters["association.below_similarity"] == 1
+
+
+def _ep(eid, vector, hour=10):
+    t = datetime(2023, 5, 8, hour)
+    return Episode(id=eid, user_id="u", cue=eid, narrative=eid, message_ids=[eid], start=t, end=t, vector=vector)
+
+
+def test_association_candidates_keep_those_at_or_above_the_floor_best_first_and_use_merged_versions():
+    new = _ep("new", [1.0, 0.0])
+    a, b, c = _ep("a", [0.6, 0.8]), _ep("b", [0.8, 0.6]), _ep("c", [0.0, 1.0])
+    merged_a = _ep("a2", [0.9, 0.436])  # ``a`` merged earlier in this window: its new vector counts
+    hits = [ScoredEpisode(episode=b, score=0.8), ScoredEpisode(episode=a, score=0.6), ScoredEpisode(episode=c, score=0.0)]
+    s = NemoriSettings(association_min_similarity=0.6)
+    assert [e.id for e in association_candidates(new, hits, {}, s)] == ["b", "a"]  # 0.6 is at the floor: kept
+    assert [e.id for e in association_candidates(new, hits, {"a": merged_a}, s)] == ["a2", "b"]
+    paper = NemoriSettings(association_min_similarity=None)
+    assert [e.id for e in association_candidates(new, hits, {}, paper)] == ["b", "a", "c"]
 
 
 def test_a_window_spanning_two_conversations_is_cut_at_the_time_gap(tmp_path):
