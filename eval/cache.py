@@ -22,7 +22,8 @@ from nemori_dspy.eval.systems import System
 __all__ = ["MEMORY_FORMAT", "CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
 
 #: settings that change what memory construction produces (answer-side knobs are left out on purpose).
-CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size", "n_ctx",
+CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size",
+                       "local_memory_model", "n_ctx",
                        "flash_attn", "association_max_gap_hours", "episode_split_gap_hours", "naive_timezone",
                        "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
                        "consolidation_top_k", "consolidation_min_similarity", "distillation", "consolidation",
@@ -30,14 +31,16 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
                        "summary_max_chars", "consolidation_mode", "narration_mode", "partition_min_messages",
                        "select_inputs", "resolve_relative_dates", "partition_message_chars",
                        "anticipate_without_facts", "consolidate_within_episode", "message_timestamps",
-                       "hold_open_segment")
+                       "hold_open_segment", "seed_demos", "association_min_similarity")
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
 #: times on facts; 3: τ per embedder, flat management, cost switches, lexical index; 4: verbatim-copy and question
 #: insights dropped, a truncated insight list kept without a re-ask; 5: message_timestamps and hold_open_segment;
-#: 6: a narrative that copies a chat line is asked again with every message dated),
+#: 6: a narrative that copies a chat line is asked again with every message dated; 7: association_min_similarity
+#: guard before P_sel; 8: junk insights and narratives never stored, copied chat lines stored as attributed facts,
+#: a prose list reply read as its sentences),
 #: so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 6
+MEMORY_FORMAT = 8
 _CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
                         "direct_distill", "summarize", "narrate_batch", "consolidate_batch")
 
@@ -56,10 +59,19 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
         "program": _construction_state_delta(settings, program_state),
         "model_label": model_label, "embedder": embedder_name, "dataset": dataset_sha256,
         "format": MEMORY_FORMAT,
+        "seed_demos": _seed_demos_hash() if settings.seed_demos else None,
     }
     if sessions:
         payload["sessions"] = sessions
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _seed_demos_hash() -> str:
+    """sha256[:16] of the seed demos' content (``signatures.demos.SEED_DEMOS``): editing a demo changes the key."""
+    from nemori_dspy.signatures.demos import SEED_DEMOS
+
+    return hashlib.sha256(_canonical({k: [d.toDict() for d in v] for k, v in SEED_DEMOS.items()}).encode()
+                          ).hexdigest()[:16]
 
 
 def _canonical(value: Any) -> str:
@@ -120,11 +132,14 @@ class CachedMemories:
         return self.dir / f"{self.key_of(self._settings(system))}.sqlite3"
 
     def memory(self, system: System) -> Memory:
+        """The system's memory: its construction's store, answering with the system's ``answer`` overrides (a
+        system with its own answer side gets its own ``Memory`` on the same store file)."""
         with self._lock:
             path = self.path(system)
-            if str(path) not in self._memories:
-                self._memories[str(path)] = self.make_memory(self._settings(system), path)
-            return self._memories[str(path)]
+            key = f"{path}|{sorted(system.answer.items())}" if system.answer else str(path)
+            if key not in self._memories:
+                self._memories[key] = self.make_memory(self._settings(system).model_copy(update=system.answer), path)
+            return self._memories[key]
 
     def record_path(self, system: System) -> Path:
         """Stage records of the system's memory (``recording.py``), beside its store file."""

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import dspy
 
 from nemori_dspy.eval.locomo import LoCoMoConversation, LoCoMoQuestion
+from nemori_dspy.eval.locomo import stratified_questions
 from nemori_dspy.eval.metrics import format_table, token_f1
 
 __all__ = ["AuditPair", "locomo_audit_pairs", "longmemeval_audit_pairs", "evenly_spaced", "run_audit",
@@ -84,7 +85,7 @@ def locomo_audit_pairs(conversations: Iterable[LoCoMoConversation], categories: 
     Args:
         conversations: the run's (possibly sliced) conversations.
         categories: scored categories (``EvalOptions.categories``).
-        max_questions: the per-conversation cap the run applies (None = all).
+        max_questions: the per-conversation cap the run applies (None = all; stratified by category, as the run).
         limit: pairs in all (0 = no audit).
 
     Returns:
@@ -93,7 +94,7 @@ def locomo_audit_pairs(conversations: Iterable[LoCoMoConversation], categories: 
     eligible: list[AuditPair] = []
     for conv in conversations:
         pool = [o for o in conv.questions if o.answer]
-        for q in [q for q in conv.questions if q.category in categories][:max_questions]:
+        for q in stratified_questions([q for q in conv.questions if q.category in categories], max_questions):
             wrong = _locomo_wrong(q, pool)
             if wrong:
                 eligible.append(AuditPair(q.sample_id, q.index, q.question, q.answer, *wrong,

@@ -32,6 +32,8 @@ __all__ = [
     "parse_sessions",
     "slice_sessions",
     "session_of",
+    "NAMED_SLICES",
+    "named_slice",
     "stratified_questions",
     "LoCoMoObservation",
 ]
@@ -348,3 +350,29 @@ def stratified_questions(questions: list[LoCoMoQuestion], max_questions: int | N
             if queue and len(chosen) < max_questions:
                 chosen.append(queue.pop())
     return [questions[pos] for pos in sorted(chosen)]
+
+
+#: Named LoCoMo slices (``--slice NAME``): name → (conversation ids, sessions or None = all, what it is for).
+#: ``memory``: conv-49 (Evan/Sam: 25 sessions, 509 turns) and conv-50 (Calvin/Dave: 30 sessions, 568 turns), all
+#: sessions: 1,077 turns, 55 sessions, so even at one episode per session each conversation holds >= 25 episodes
+#: and top-10 retrieval must choose; 314 scored questions (multi-hop 69, temporal 65, open-domain 20, single-hop
+#: 160), 81 of them with evidence in two or more sessions (facts that recur or change between sessions). The
+#: smallest two-conversation set with >= 25 sessions each (the others have 28-32 sessions and 629-689 turns).
+NAMED_SLICES: dict[str, tuple[tuple[str, ...], SessionSlice | None, str]] = {
+    "memory": (("conv-49", "conv-50"), None,
+               "conv-49 + conv-50, all sessions: 1,077 turns, 25 and 30 sessions (top-10 must choose among >= 25 "
+               "episodes), 314 scored questions in all four categories"),
+}
+
+
+def named_slice(name: str) -> tuple[list[str], SessionSlice | None]:
+    """(conversation ids, sessions or None for all) of the named slice ``name`` (``NAMED_SLICES``).
+
+    Raises:
+        DatasetError: ``name`` is not a named slice (the message lists them).
+    """
+    key = str(name).strip().lower()
+    if key not in NAMED_SLICES:
+        raise DatasetError(f"--slice {name!r}: unknown slice. Fix: use one of {', '.join(NAMED_SLICES)}.")
+    ids, sessions, _ = NAMED_SLICES[key]
+    return list(ids), sessions

@@ -28,6 +28,8 @@ from nemori_dspy.eval.baselines import RagIndex, context_budget_chars, full_cont
 from nemori_dspy.eval.judge import JudgePanel, LLMJudge, as_panel
 from nemori_dspy.eval.judge_audit import audit_table
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
+from nemori_dspy.eval.locomo import stratified_questions
+from nemori_dspy.eval.metrics import paired_stats, paired_table_from_stats
 from nemori_dspy.eval.metrics import Group, bleu1, category_table, evidence_recall_at_k, f1_locomo, scored_groups, token_f1
 from nemori_dspy.eval.systems import SYSTEMS, System
 
@@ -191,6 +193,8 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
                 futures = [pool.submit(contextvars.copy_context().run, one, conv) for conv in conversations]
                 for f in futures:
                     f.result()
+    from nemori_dspy.eval.memory_quality import memory_report  # issue 19: what the built memory holds
+    out["memory"] = memory_report(provider, conversations, opts.systems)
     return out
 
 
@@ -350,7 +354,7 @@ def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoCon
     provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir,
                                                                               ledger)
     for conv in conversations:
-        qs = [q for q in conv.questions if q.category in opts.categories][: opts.max_questions]
+        qs = stratified_questions([q for q in conv.questions if q.category in opts.categories], opts.max_questions)
         for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):
             for system in opts.systems:
                 if (system.name, q.sample_id, q.index) not in ckpt.done:
@@ -445,10 +449,26 @@ def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | 
         "judge": info.get("judge"), "judges": info, "judge_metrics": judged, "judge_audit": audit,
     }
     audit_md = f"## Judge audit (calibration set, ×100)\n\n```\n{audit_table(audit)}\n```\n\n" if audit else ""
+    paired = paired_stats(rows, systems, groups=groups) if len(systems) > 1 else None  # same questions, paired
+    summary["paired"] = paired
+    paired_text = paired_table_from_stats(paired) if paired else None
+    audit_md += (f"## Paired differences vs {paired['baseline']} (×100, paired bootstrap 95% CI; judge: exact "
+                 f"McNemar p)\n\n```\n{paired_text}\n```\n\n") if paired else ""
     (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n{audit_md}"
                                        f"## LLM usage per stage\n\n```\n{ledger.table(local)}\n```\n")
+    # stage activity (issue 19): calls per stage and guard firings per 100 turns built and per episode
+    from nemori_dspy.eval.stage_activity import stage_activity, stage_activity_table
+    cov = list(built["coverage"].values())
+    summary["stage_activity"] = stage_activity(construction, summary["counters"], sum(c["messages"] for c in cov),
+                                               sum(c["episodes"] for c in cov))
+    with (out_dir / "tables.md").open("a") as f:
+        f.write(f"\n## Stage activity (construction)\n\n```\n{stage_activity_table(activity=summary['stage_activity'])}"
+                "\n```\n")
+    from nemori_dspy.eval.memory_quality import record_memory  # issue 19: the Memory table
+    summary["memory"] = record_memory(built, out_dir / "tables.md")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return {**summary, "table": table, "usage_table": ledger.table(local), "rows": rows, "groups": groups}
+    return {**summary, "table": table, "usage_table": ledger.table(local), "rows": rows, "groups": groups,
+            "paired_table": paired_text}
 
 
 def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str],

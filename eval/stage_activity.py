@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .metrics import format_table
+from nemori_dspy.eval.metrics import format_table
 
 __all__ = ["STAGES", "GUARDS", "stage_activity", "stage_activity_table", "stage_metrics", "guard_stage"]
 

@@ -500,7 +500,8 @@ def _metrics(summary: dict[str, Any]) -> list[Any]:
     Names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
     ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}`` (all usage),
     ``construction.<stage>.<field>`` (memory construction only), ``counter.<name>``, ``embedding.<field>``,
-    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}``, ``ingest_seconds``.
+    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}``, ``ingest_seconds``,
+    ``stage.<stage>.calls_per_{100_turns,episode}`` and ``guard.<counter>.per_100_turns`` (stage activity).
     """
     metrics: dict[str, float] = {}
     for system, scores in summary["scores"].items():
@@ -514,6 +515,12 @@ def _metrics(summary: dict[str, Any]) -> list[Any]:
     for name, audit in (summary.get("judge_audit") or {}).items():
         metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
     metrics["ingest_seconds"] = float(summary["ingest_seconds"])
+    from nemori_dspy.eval.memory_quality import memory_metrics  # issue 19: memory.<metric>
+
+    metrics.update(memory_metrics(summary))
+    if summary.get("stage_activity"):  # stage.<stage>.calls_per_100_turns / calls_per_episode, guard.<counter>.*
+        from nemori_dspy.eval.stage_activity import stage_metrics
+        metrics.update(stage_metrics(summary["stage_activity"]))
     return _as_metrics(metrics)
 
 

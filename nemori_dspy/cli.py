@@ -59,11 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--data", help="locomo10.json or a file in its schema (default: $NEMORI_LOCOMO_PATH, "
                                    "else download the upstream file into $NEMORI_CACHE_DIR, default ~/.cache/nemori-dspy)")
     lo.add_argument("--conversations", help="comma-separated sample ids, e.g. conv-26,conv-30 (default: all)")
-    lo.add_argument("--max-questions", type=_positive_int, help="cap on questions per conversation (categories 1-4)")
+    lo.add_argument("--max-questions", type=_positive_int, help="cap on questions per conversation (categories 1-4), "
+                                                                "stratified by category (round-robin, in question order)")
     lo.add_argument("--sessions", help="a LoCoMo slice: keep sessions A-B of each conversation (e.g. 1-3) and only "
                                        "the questions whose evidence lies inside them (default: all sessions)")
+    lo.add_argument("--slice", help=_SLICE_HELP + "; replaces --conversations and --sessions")
     lo.add_argument("--system", default="nemori,no-memory",
-                    help="comma-separated systems: nemori, nemori-s, nemori-no-episodic, nemori-no-semantic, "
+                    help="comma-separated systems: nemori, nemori-paper (the paper's configuration, every addition "
+                         "of ours off: PAPER_FAITHFUL), nemori-s, nemori-no-episodic, nemori-no-semantic, "
                          "nemori-no-raw, nemori-no-consolidation, nemori-flat, full-context, rag-4096, no-memory "
                          "(default nemori,no-memory: the method and its no-memory control)")
     lo.add_argument("--resume", action="store_true", help="continue the run in --out (default: the latest "
@@ -81,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="print the side-by-side table of a finished run from MLflow")
     rp.add_argument("--run-id", help="parent run id (default: the latest run of the experiment)")
     rp.add_argument("--compare", help="a second run id (eval or optimize run) shown side by side with --run-id: "
-                                      "scores per category with 95%% CI, construction cost per stage, prompts that differ")
+                                      "scores per category with 95%% CI, paired differences (bootstrap CI, McNemar p), "
+                                      "construction cost per stage, prompts that differ")
     rp.add_argument("--tracking-uri", help="default: $NEMORI_MLFLOW_TRACKING_URI, $MLFLOW_TRACKING_URI or "
                                            "sqlite:///mlruns.db (the store eval logs to)")
     rp.add_argument("--experiment", help="default: $NEMORI_MLFLOW_EXPERIMENT or nemori-dspy")
@@ -141,8 +145,11 @@ def _optimize_parser(sub: Any) -> None:
     op.add_argument("--optimizer", default="gepa", choices=OPTIMIZERS, help="DSPy optimizer (default gepa)")
     op.add_argument("--data", help="locomo10.json or a file in its schema (as for eval locomo)")
     op.add_argument("--sessions", default="1-3", help="LoCoMo slice A-B (default 1-3)")
-    op.add_argument("--train", required=True, help="train conversations, e.g. conv-26,conv-30")
-    op.add_argument("--dev", required=True, help="held-out dev conversations, e.g. conv-41 (never in --train)")
+    op.add_argument("--slice", help=_SLICE_HELP + "; replaces --sessions, and --train/--dev default to its "
+                                                  "conversations but the last / the last")
+    op.add_argument("--train", help="train conversations, e.g. conv-26,conv-30 (required without --slice)")
+    op.add_argument("--dev", help="held-out dev conversations, e.g. conv-41 (never in --train; required without "
+                                  "--slice)")
     op.add_argument("--out", help="run folder (default runs/optimize-<time>): program.json, result.json")
     op.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA/SIMBA budget preset")
     op.add_argument("--max-metric-calls", type=_positive_int, help="GEPA: metric calls in all")
@@ -217,6 +224,27 @@ def _run_dir(args: argparse.Namespace, kind: str = "locomo") -> Path:
     return Path(f"runs/{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+#: ``--slice`` help, shared by eval locomo and optimize (the slices: ``eval.locomo.NAMED_SLICES``).
+_SLICE_HELP = ("a named LoCoMo slice: 'memory' = conv-49 + conv-50, all sessions (1,077 turns; 25 and 30 sessions, "
+               "so top-10 must choose among >= 25 episodes; 314 scored questions in all four categories)")
+
+
+def _named_slice(args: argparse.Namespace) -> tuple[list[str], Any]:
+    """(conversation ids, SessionSlice or None) of ``--slice``; it cannot be combined with --conversations or
+    --sessions.
+
+    Raises:
+        DatasetError: an unknown slice name, or --slice given with --conversations / --sessions.
+    """
+    from .errors import DatasetError
+    from .eval.locomo import named_slice
+
+    if getattr(args, "conversations", None) or getattr(args, "sessions", None):
+        raise DatasetError(f"--slice {args.slice} names its own conversations and sessions. Fix: drop "
+                           "--conversations / --sessions, or drop --slice.")
+    return named_slice(args.slice)
+
+
 def _ids(text: str | None) -> list[str] | None:
     return [s.strip() for s in text.split(",") if s.strip()] if text else None
 
@@ -233,7 +261,10 @@ def _eval_locomo(args: argparse.Namespace) -> int:
     systems = parse_systems(args.system)
     data = resolve_dataset(args.data, settings)
     sessions = parse_sessions(args.sessions)  # a bad slice fails before any model is loaded
-    conversations = [slice_sessions(c, sessions) for c in load_locomo(data, _ids(args.conversations))]
+    ids = _ids(args.conversations)
+    if getattr(args, "slice", None):  # a named slice (eval.locomo.NAMED_SLICES): its conversations and sessions
+        ids, sessions = _named_slice(args)
+    conversations = [slice_sessions(c, sessions) for c in load_locomo(data, ids)]
     data_sha = dataset_sha256(data)
     program = _program_state(args.program, settings)  # a bad --program fails before any model is loaded
     out = _run_dir(args)  # created by the run itself, once the model is up (no empty folders from failed starts)
@@ -450,6 +481,14 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
     print(answer_time_table(summary["rows"], summary["systems"]))
     print("\nScores ×100 per category with 95% CI (n = questions):")
     print(summary["table"])
+    if summary.get("memory"):  # issue 19: the Memory table
+        from .eval.memory_quality import memory_summary_text
+
+        print(memory_summary_text(summary))
+    if summary.get("paired_table"):  # two or more systems on the same questions
+        print(f"\nPaired differences vs {summary['paired']['baseline']} on the questions both answered (×100; "
+              "paired bootstrap 95% CI; judge: wins/losses and exact McNemar p):")
+        print(summary["paired_table"])
     for system, by_metric in (summary.get("longmemeval") or {}).items():  # upstream's summary metrics
         parts = [f"{m} task-averaged {100 * a['task_averaged']:.1f}, abstention "
                  + ("-" if a["abstention"] is None else f"{100 * a['abstention']:.1f}")
@@ -462,6 +501,11 @@ def _print_summary(summary: dict[str, Any], seconds: float, local: bool = True) 
         print("\nJudge audit (calibration set from the data: the gold answer must be judged CORRECT, a known-wrong "
               "answer WRONG; accuracy ×100):")
         print(audit_table(summary["judge_audit"]))
+    if summary.get("stage_activity"):  # issue 19: which stages ran, which guards skipped or rewrote their work
+        from .eval.stage_activity import stage_activity_table
+
+        print("\nStage activity (construction calls per 100 turns and per episode; guards: how often and why):")
+        print(stage_activity_table(activity=summary["stage_activity"]))
     for sid, cov in summary["coverage"].items():
         print(f"{sid}: {cov['messages']} turns, {cov['in_one_episode']} in exactly one episode, "
               f"{cov['in_no_episode']} in none, {cov['in_several']} in several; {cov['episodes']} episodes")

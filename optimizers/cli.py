@@ -73,6 +73,12 @@ def optimize_command(args: argparse.Namespace) -> int:
     logging.getLogger("dspy.teleprompt").setLevel(logging.INFO)  # optimizer progress (iterations, trial scores)
     settings = _settings(args)
     train_ids, dev_ids = _ids(args.train) or [], _ids(args.dev) or []
+    if getattr(args, "slice", None):  # a named slice: its sessions; --train / --dev default to its conversations
+        from nemori_dspy.eval.locomo import named_slice
+
+        slice_ids, slice_sessions_ = named_slice(args.slice)
+        train_ids, dev_ids = train_ids or slice_ids[:-1], dev_ids or slice_ids[-1:]
+        args.sessions = slice_sessions_.label() if slice_sessions_ else None
     check_split(train_ids, dev_ids)
     sessions = parse_sessions(args.sessions)
     data = resolve_dataset(args.data, settings)

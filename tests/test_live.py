@@ -26,7 +26,9 @@ TURNS = [  # written for this project (no LoCoMo text)
 ]
 
 
-SETTINGS = dict(model="local", local_model_size="0.5b", window_size=20, max_tokens=256, cache=False)
+# the short smoke runs every stage on the 0.5B model (local_memory_model=None: no second, 1.5B server)
+SETTINGS = dict(model="local", local_model_size="0.5b", local_memory_model=None, window_size=20, max_tokens=256,
+                cache=False)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import litellm
+import pytest
 from pydantic import SecretStr
 
 from nemori_dspy.config import NemoriSettings
@@ -118,3 +119,54 @@ def test_missing_api_key_fails_before_anything_starts(monkeypatch):
     check_credentials(NemoriSettings(model="ollama_chat/llama3"))  # OLLAMA_API_BASE has a default
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     check_credentials(NemoriSettings(model="openai/gpt-4o-mini"))
+
+
+def test_a_local_stage_lm_shares_the_judges_server_of_its_size(monkeypatch):
+    from nemori_dspy.runtime import build_runtime
+
+    started = _count_servers(monkeypatch)
+    rt = build_runtime(NemoriSettings(model="local", local_model_size="0.5b", judge_model="local:1.5b",
+                                      stage_lms={"narrate": {"model": "local:1.5b"}, "distill": {"model": "local:1.5b"}},
+                                      _env_file=None), configure=False)
+    assert started == ["0.5b", "1.5b"]  # one 1.5B server for the judge and both stages
+    assert {"narrate", "distill"} <= set(rt.stage_lms) and rt.stage_servers == []
+
+
+def test_a_local_stage_lm_without_a_local_judge_gets_its_own_server_and_stops_with_the_runtime(monkeypatch):
+    from nemori_dspy.runtime import build_runtime
+
+    started = _count_servers(monkeypatch)
+    rt = build_runtime(NemoriSettings(model="local", local_model_size="0.5b", local_memory_model=None,
+                                      stage_lms={"narrate": {"model": "local:1.5b"}}, _env_file=None), configure=False)
+    assert started == ["0.5b", "1.5b"] and len(rt.stage_servers) == 1
+    rt.close()
+    assert rt.stage_servers == []
+
+
+def test_an_unknown_local_stage_size_is_refused_naming_the_sizes():
+    from nemori_dspy.config import load_settings
+    from nemori_dspy.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="local:1.5b"):
+        load_settings(stage_lms={"narrate": {"model": "local:7b"}}, _env_file=None)
+
+
+def test_the_local_memory_model_writes_narratives_and_facts_and_only_those(monkeypatch):
+    from nemori_dspy.config import MEMORY_WRITING_STAGES
+    from nemori_dspy.runtime import build_runtime
+
+    started = _count_servers(monkeypatch)
+    rt = build_runtime(NemoriSettings(model="local", local_model_size="0.5b", _env_file=None), configure=False)
+    assert started == ["0.5b", "1.5b"]  # default local_memory_model = 1.5b
+    assert set(rt.stage_lms) == set(MEMORY_WRITING_STAGES) and "answer" not in rt.stage_lms
+    started.clear()
+    rt = build_runtime(NemoriSettings(model="local", local_memory_model=None, _env_file=None), configure=False)
+    assert started == ["0.5b"] and rt.stage_lms == {}
+
+
+def test_a_hosted_main_model_ignores_the_local_memory_model(monkeypatch):
+    from nemori_dspy.runtime import build_runtime
+
+    started = _count_servers(monkeypatch)
+    rt = build_runtime(NemoriSettings(model="openai/gpt-4o-mini", api_key="k", _env_file=None), configure=False)
+    assert started == [] and rt.stage_lms == {}

@@ -21,6 +21,7 @@ from ..errors import ConfigError, LLMError
 from ..predict import StagePredict, load_predictor_class
 from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
+from ..signatures.demos import seed_demos
 from ..usage import tally
 from ..types import Episode, StoredMessage
 from .episodic import EpisodicIntegration, split_at_gaps
@@ -46,15 +47,20 @@ def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | 
     """Build ``make(stage) -> StagePredict`` from settings: per-stage max_tokens, LM and predictor class.
 
     ``predictor_classes`` (default ``settings.predictor_classes``) maps a stage to a dotted class path,
-    e.g. ``{"answer": "dspy.ChainOfThought"}``; the class is called with the stage's signature.
+    e.g. ``{"answer": "dspy.ChainOfThought"}``; the class is called with the stage's signature. With
+    ``settings.seed_demos`` each stage starts with its hand-written demos (``signatures.demos.SEED_DEMOS``).
     """
     stage_lms = stage_lms or {}
     predictor_classes = predictor_classes if predictor_classes is not None else settings.predictor_classes
 
     def make(name: str) -> dspy.Module:
         cls = load_predictor_class(predictor_classes[name]) if name in predictor_classes else dspy.Predict
-        return StagePredict(SIGNATURES[name], name, max_tokens=settings.stage_max_tokens(name),
-                            parse_retries=settings.parse_retries, lm=stage_lms.get(name), predictor_class=cls)
+        stage = StagePredict(SIGNATURES[name], name, max_tokens=settings.stage_max_tokens(name),
+                             parse_retries=settings.parse_retries, lm=stage_lms.get(name), predictor_class=cls)
+        if settings.seed_demos:
+            for _, predictor in stage.named_predictors():
+                predictor.demos = seed_demos(name)
+        return stage
 
     return make
 

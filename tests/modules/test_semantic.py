@@ -174,7 +174,7 @@ def test_without_the_floor_p_con_sees_and_can_delete_an_unrelated_entry(tmp_path
 def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path, ledger):
     store = SQLiteStore(tmp_path / "m.db")
     _seed(store, {"Alice lives in Paris.": unit_vector(np.rad2deg(np.arccos(0.06))),
-                  "Melanie paints.": unit_vector(np.rad2deg(np.arccos(0.49)))})
+                  "Melanie paints.": unit_vector(np.rad2deg(np.arccos(0.39)))})  # just under the 0.40 floor
     responders = default_responders()
     responders["DistillPredictionError"] = lambda i: chat_reply(insights=["Bob lives in Berlin."])
     responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="conflict", targets=[1, 2], merged_text="")
@@ -184,7 +184,7 @@ def test_no_p_con_call_when_no_entry_clears_the_floor(tmp_path, ledger):
             user_id="u", episode=_episode(unit_vector(0)))
     assert "ConsolidateKnowledge" not in lm.calls
     assert [e.text for e in pred.inserts] == ["Bob lives in Berlin."] and pred.deletes == []
-    assert ledger.counters["consolidation.new"] == 1
+    assert ledger.counters["consolidation.new"] == 1 and ledger.counters["consolidation.below_floor"] == 1
 
 
 def test_a_lower_floor_lets_the_entry_through(tmp_path):
