@@ -427,9 +427,15 @@ def _locomo_judges(settings: Any, rt: Any, audit: list[Any]) -> Any:
 
 
 def _ready_line(rt: Any, args: argparse.Namespace, t0: float) -> str:
-    """``model X (judge Y) ready in Ns``; ``(no judge)`` with ``--no-judge``, which loads none."""
-    judge = "no judge" if args.no_judge else f"judge {rt.judge_label}"
-    return f"model {rt.model_label} ({judge}) ready in {time.perf_counter() - t0:.1f}s"
+    """``model X (judge Y; memory written by Z) ready in Ns``; ``no judge`` with ``--no-judge``, which loads none;
+    the memory part only when stages run on another model (``local_memory_model``, ``stage_lms``)."""
+    parts = ["no judge" if args.no_judge else f"judge {rt.judge_label}"]
+    if rt.stage_lms:
+        models = sorted({getattr(lm, "model", "?") for lm in rt.stage_lms.values()})
+        size = rt.settings.local_memory_model
+        label = f"local:{size}" if size and rt.settings.model == "local" else ", ".join(models)
+        parts.append(f"{', '.join(sorted(rt.stage_lms))} on {label}")
+    return f"model {rt.model_label} ({'; '.join(parts)}) ready in {time.perf_counter() - t0:.1f}s"
 
 
 def _program_state(ref: str | None, settings: Any = None) -> dict[str, Any] | None:

@@ -46,8 +46,10 @@ DEFAULT_STAGE_MAX_TOKENS = {
     "narrate_batch": 1200, "consolidate_batch": 600,
 }
 
-#: Stages that write what memory holds (narratives and facts): ``local_memory_model`` serves them.
-MEMORY_WRITING_STAGES = ("narrate", "narrate_batch", "integrate", "distill", "direct_distill")
+#: Stages whose replies become or decide what memory holds (narratives, merges, predictions, facts, consolidation):
+#: ``local_memory_model`` serves them. P_par stays on the main model: its reply is only where episodes end.
+MEMORY_WRITING_STAGES = ("narrate", "narrate_batch", "select", "integrate", "anticipate", "distill", "direct_distill",
+                         "consolidate", "consolidate_batch", "summarize")
 
 #: Segments shorter than this many messages become one episode without a P_par call (``partition_min_messages``).
 #: 3 because the smallest coherent episode is one exchange — a message and its reply: P_par could only cut a
@@ -203,10 +205,11 @@ class NemoriSettings(BaseSettings):
     models_dir: Path | None = Field(default=None, description="folder holding the Qwen2.5-Coder GGUF files and all-MiniLM-L6-v2/ (e.g. assembled by an offline-models tool); unset: $NEMORI_OFFLINE_MODELS, ~/.cache/nemori-offline-models, then the Hugging Face Hub")
     local_model_size: Literal["0.5b", "1.5b"] = Field(default="0.5b", description="which Qwen2.5-Coder GGUF 'local' uses when gguf is unset")
     local_memory_model: Literal["0.5b", "1.5b"] | None = Field(
-        default="1.5b", description="with model='local': the embedded model size that writes memory, the stages in "
-        "MEMORY_WRITING_STAGES (P_nar, P_int, P_dis, Nemori-s), unless stage_lms names a model for one; it shares "
-        "a server with a local judge of that size. The 0.5B model misattributes who said what and copies first-person "
-        "lines into narratives and facts (README 'What memory holds'). None = the main model for every stage")
+        default="1.5b", description="with model='local': the embedded model size that writes memory, every stage in "
+        "MEMORY_WRITING_STAGES (all construction stages but P_par), unless stage_lms names a model for one; it shares "
+        "a server with a local judge of that size. The 0.5B model echoes field descriptions, misattributes who said "
+        "what, picks candidate 1 in every P_sel and answers 'conflict' in every P_con (README 'What memory holds'). "
+        "None = the main model for every stage")
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
     flash_attn: bool = Field(default=True, description="embedded llama.cpp server: flash attention (--flash_attn); "

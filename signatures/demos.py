@@ -25,17 +25,6 @@ _MESSAGES = (
     "Priya: Good idea, I'll try that. Also, I'm starting a pottery class in April 2022 (next month)!\n"
     "Tom: Nice! I still can't get my bike fixed, the shop says two more weeks.")
 
-_NUMBERED = (
-    "[2022-03-14 18:20]\n"
-    "1. Priya: Hi Tom! Guess what, I adopted a rescue greyhound last Saturday. His name is Biscuit.\n"
-    "2. Tom: No way, congrats! How is he settling in?\n"
-    "3. Priya: Pretty well. He sleeps most of the day, but he's scared of the stairs.\n"
-    "4. Tom: My sister had the same problem with hers. She put a treat on every step.\n"
-    "5. Priya: Good idea, I'll try that. Also, I'm starting a pottery class next month!\n"
-    "6. Tom: Nice! I still can't get my bike fixed, the shop says two more weeks.\n"
-    "7. Priya: Ugh, that's annoying. How are you getting to work?\n"
-    "8. Tom: By bus, it takes forever.")
-
 _CUE = "Priya tells Tom about adopting her rescue greyhound Biscuit (14 March 2022)"
 _NARRATIVE = (
     "On 14 March 2022 Priya told Tom that she had adopted a rescue greyhound named Biscuit on 12 March 2022. "
@@ -61,7 +50,6 @@ def _ex(**fields: object) -> dspy.Example:
 
 #: stage name → its seed demos (``dspy.Example`` with the signature's input and output fields).
 SEED_DEMOS: dict[str, list[dspy.Example]] = {
-    "partition": [_ex(messages=_NUMBERED, message_count=8, groups=[[1, 2, 3, 4, 5], [6, 7, 8]])],
     "narrate": [_ex(messages=_MESSAGES, cue=_CUE, narrative=_NARRATIVE)],
     "anticipate": [_ex(episode_cue="(2022-03-14) Priya tells Tom about adopting her rescue greyhound Biscuit",
                        known_facts=_KNOWN, predicted_episode=_PREDICTED)],

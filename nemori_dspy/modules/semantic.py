@@ -27,7 +27,7 @@ from .resources import Resources
 if TYPE_CHECKING:
     from ..config import NemoriSettings
 
-__all__ = ["SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
+__all__ = ["same_person_candidates", "people_named", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue"]
 
 log = logging.getLogger(__name__)
@@ -376,6 +376,7 @@ class SemanticDistillation(dspy.Module):
                                   vector=vec, source_episode_ids=[episode.id], event_start=episode.start,
                                   event_end=episode.end)
         cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
+        cands = same_person_candidates(insight, cands, _speakers(episode))
         if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
             tally("insight_duplicates")
         if not cands:
@@ -396,6 +397,11 @@ class SemanticDistillation(dspy.Module):
         if len(targets) < len(numbers) and action in ("merge", "conflict"):
             tally("consolidation.refused_targets", len(numbers) - len(targets))
         merged = strip_fact_date(str(raw_merged or "")).strip()
+        if action == "merge" and targets and merged and not _keeps_people(merged, new_entry.text, targets,
+                                                                           _speakers(episode)):
+            tally("consolidation.merge_refused_person")
+            log.info("merge refused: %r names other people than %r and its targets", merged, new_entry.text)
+            action = "new"
         if action == "merge" and targets and merged:
             replacement = self._merged(user_id, episode, merged, targets)
         elif action == "conflict" and targets:
@@ -427,6 +433,41 @@ class SemanticDistillation(dspy.Module):
                 self.apply(user_id, episode, insight, plan)
         tally("insights", len(found))
         return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
+
+
+def _speakers(episode: Episode) -> set[str]:
+    """Case-folded first names of the episode's speakers (the people its facts are about)."""
+    return {m.speaker.split()[0].casefold() for m in episode.messages if m.speaker.strip()}
+
+
+def people_named(text: str, speakers: set[str]) -> set[str]:
+    """The ``speakers`` (case-folded first names) that ``text`` names, possessives included ("Mel's" → "mel")."""
+    words = {w.casefold().removesuffix("'s").removesuffix("’s") for w in re.findall(r"[\w'’]+", text)}
+    return speakers & words
+
+
+def same_person_candidates(insight: str, cands: list[tuple[SemanticEntry, float]], speakers: set[str]
+                           ) -> list[tuple[SemanticEntry, float]]:
+    """The P_con candidates that may be about the insight's person (our guard on §3.3.3): one that names only other
+    speakers of the conversation than the insight names is left out (``consolidation.other_person``), so a fact of
+    Caroline's is never merged into, or retired by, one of Melanie's. MiniLM's cosine is dominated by the topic:
+    "Caroline went to an LGBTQ support group" and "Melanie found a painting support group" score above the
+    floor. Candidates or insights naming no speaker are kept."""
+    mine = people_named(insight, speakers)
+    if not mine:
+        return cands
+    kept = [(e, score) for e, score in cands if not (people_named(e.text, speakers) - mine)
+            or people_named(e.text, speakers) & mine]
+    if len(kept) < len(cands):
+        tally("consolidation.other_person", len(cands) - len(kept))
+    return kept
+
+
+def _keeps_people(merged: str, insight: str, targets: list[SemanticEntry], speakers: set[str]) -> bool:
+    """True if a merged statement names only people the insight or its targets name, and the insight's own."""
+    allowed = people_named(insight, speakers).union(*(people_named(t.text, speakers) for t in targets))
+    named = people_named(merged, speakers)
+    return named <= allowed and people_named(insight, speakers) <= named
 
 
 def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:

@@ -617,3 +617,48 @@ def test_the_rendered_messages_alone_give_the_dates_for_callers_without_stored_m
 
     assert _clean_insights(["Sam: I quit the bakery"], "[2023-09-15 10:00]\nSam: I quit the bakery.") == [
         "Sam said on 2023-09-15: \u201cI quit the bakery.\u201d"]
+
+
+def _two_speaker_episode(vec) -> Episode:
+    ts = datetime(2023, 5, 8, 13, 0)
+    msgs = [StoredMessage(user_id="u", id="D1:1", seq=1, speaker="Caroline", content="I went to a support group.",
+                          timestamp=ts),
+            StoredMessage(user_id="u", id="D1:2", seq=2, speaker="Melanie", content="I joined a painting group.",
+                          timestamp=ts)]
+    return Episode(id="ep_new", user_id="u", cue="Caroline and Melanie talk", narrative="They talked.",
+                   message_ids=["D1:1", "D1:2"], messages=msgs, start=ts, end=ts, vector=vec)
+
+
+def _person_run(tmp_path, reply: str, seeds: dict[str, list[float]]):
+    store = SQLiteStore(tmp_path / "m.db")
+    _seed(store, seeds)
+    insight = "Caroline went to an LGBTQ support group on 7 May 2023."
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=[insight])
+    responders["ConsolidateKnowledge"] = lambda i: reply
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({insight: unit_vector(5)}), None)(
+            user_id="u", episode=_two_speaker_episode(unit_vector(0)))
+    store.commit_distillation("u", "ep_new", pred.inserts, pred.deletes)
+    return lm, {e.text for e in store.list_semantic("u")}
+
+
+def test_a_fact_about_another_speaker_never_reaches_p_con_however_similar(tmp_path, ledger):
+    """Seen on conv-26 with MiniLM: Melanie's painting group scored above the floor against Caroline's support
+    group, and P_con merged them into 'Melanie mentions going to a LGBTQ support group'."""
+    lm, live = _person_run(tmp_path, chat_reply(action="conflict", targets=[1], merged_text=""),
+                           {"Melanie found a painting support group.": unit_vector(8)})
+    assert not [name for name, _ in lm.prompts if name == "ConsolidateKnowledge"]  # no candidate left: no call
+    assert live == {"Melanie found a painting support group.",
+                    "Caroline went to an LGBTQ support group on 7 May 2023."}
+    assert ledger.counters["consolidation.other_person"] == 1
+
+
+def test_a_merge_whose_text_moves_the_fact_to_another_person_is_stored_as_new(tmp_path, ledger):
+    lm, live = _person_run(tmp_path, chat_reply(action="merge", targets=[1],
+                                                merged_text="Melanie mentions going to a LGBTQ support group."),
+                           {"Caroline likes support groups.": unit_vector(8)})
+    assert [name for name, _ in lm.prompts if name == "ConsolidateKnowledge"]
+    assert live == {"Caroline likes support groups.", "Caroline went to an LGBTQ support group on 7 May 2023."}
+    assert ledger.counters["consolidation.merge_refused_person"] == 1
