@@ -27,7 +27,7 @@ __all__ = ["System", "SYSTEMS", "parse_systems", "ANSWER_SIDE", "PAPER_CONSTRUCT
 
 #: Settings read only when answering (retrieval and the answer context, §3.4): a system's ``answer`` overrides.
 #: They never shape what construction stores, so systems differing only in them share one built memory.
-ANSWER_SIDE = frozenset({"lexical_weight", "answer_context_tokens", "episodes_top_k", "semantic_top_k",
+ANSWER_SIDE = frozenset({"lexical_weight", "answer_context_tokens", "episodes_top_k", "semantic_top_k", "facts_order",
                          "raw_episodes_top_r"})
 #: ``nemori-paper``'s construction overrides: every method setting of ``PAPER_FAITHFUL`` but the answer side and
 #: the server's prompt cache (a runtime flag; it does not change a reply).

@@ -431,10 +431,14 @@ def _ready_line(rt: Any, args: argparse.Namespace, t0: float) -> str:
     the memory part only when stages run on another model (``local_memory_model``, ``stage_lms``)."""
     parts = ["no judge" if args.no_judge else f"judge {rt.judge_label}"]
     if rt.stage_lms:
-        models = sorted({getattr(lm, "model", "?") for lm in rt.stage_lms.values()})
+        from nemori_dspy.config import MEMORY_WRITING_STAGES
+
         size = rt.settings.local_memory_model
-        label = f"local:{size}" if size and rt.settings.model == "local" else ", ".join(models)
-        parts.append(f"{', '.join(sorted(rt.stage_lms))} on {label}")
+        local = bool(size) and rt.settings.model == "local"
+        label = f"local:{size}" if local else ", ".join(sorted({getattr(lm, "model", "?") for lm in rt.stage_lms.values()}))
+        stages = ("memory stages (all but partition)" if set(rt.stage_lms) == set(MEMORY_WRITING_STAGES)
+                  else ", ".join(sorted(rt.stage_lms)))
+        parts.append(f"{stages} on {label}")
     return f"model {rt.model_label} ({'; '.join(parts)}) ready in {time.perf_counter() - t0:.1f}s"
 
 

@@ -96,6 +96,8 @@ PAPER_FAITHFUL: dict[str, Any] = {
     "distillation": "prediction_error", "consolidation": True, "semantic_management": "structured",
     # zero-shot prompts (Appendix D): no seed demos
     "seed_demos": False,
+    # facts in the answer context by similarity (§3.4)
+    "facts_order": "similarity",
 }
 
 #: Settings the paper has no value for: which model, embedder, store and server run, retries, prompt-size
@@ -323,6 +325,10 @@ class NemoriSettings(BaseSettings):
         "consolidates insight by insight, §3.3.3). False: P_con compares an insight only with entries of earlier "
         "episodes — insights of one episode come from one P_dis reply at one time, so none can update another "
         "(a 'conflict' between them deleted true facts); an exact duplicate of one is still skipped")
+    facts_order: Literal["similarity", "chronological"] = Field(
+        default="chronological", description="our addition: how the answer context lists the retrieved facts: by "
+        "event time, oldest first under 'Known facts (oldest first; a later fact updates an earlier one)', so "
+        "of two that disagree the newer is plain and nearest the question; 'similarity' = the paper's rank order (§3.4)")
     answer_context_tokens: int | None = Field(
         default=ANSWER_CONTEXT_TOKENS, gt=0, description="cap of the answer context in tokens (litellm's counter, as the eval "
         "reports context_tokens); every episode's narrative enters first by rank, then episode i's raw "

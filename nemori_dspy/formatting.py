@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
-from typing import Callable, Collection, Sequence
+from datetime import datetime, timezone
+from typing import Any, Callable, Collection, Sequence
 
 from .temporal import annotate_relative_dates
-from .types import Episode, SearchResult, SemanticEntry, StoredMessage
+from .types import Episode, SearchResult, SemanticEntry, StoredMessage, instant
 
 __all__ = ["MIN_MESSAGE_CHARS", "render_messages", "render_numbered_messages", "render_episode", "render_candidates",
            "render_entries", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
            "per_message_chars", "render_groups", "render_insight_candidates", "render_cue", "fit_context",
-           "count_tokens", "CONTEXT_HEADERS", "TIMESTAMP_LAYOUTS"]
+           "count_tokens", "CONTEXT_HEADERS", "CHRONOLOGICAL_FACTS_HEADER", "chronological_facts", "TIMESTAMP_LAYOUTS"]
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -161,6 +161,8 @@ def render_entries(texts: Sequence[str]) -> str:
 
 #: section headers of the answer context, in the paper's order (§3.4): episodes, raw messages, facts.
 CONTEXT_HEADERS = ("Episodes (most relevant first):", "Original messages of the top episodes:", "Known facts:")
+#: The facts header when facts are listed by event time (``facts_order="chronological"``).
+CHRONOLOGICAL_FACTS_HEADER = "Known facts (oldest first; a later fact updates an earlier one):"
 
 
 def count_tokens(text: str) -> int:
@@ -172,7 +174,7 @@ def count_tokens(text: str) -> int:
 
 def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, budget: int | None = None,
                    resolve_dates: bool = False, raw_ids: Collection[str] | None = None,
-                   timestamps: str = "per_message") -> str:
+                   timestamps: str = "per_message", facts_header: str = CONTEXT_HEADERS[2]) -> str:
     """Answer context (§3.4): narratives of the top-k episodes, raw messages of the top-r, semantic facts,
     clipped to ``budget`` characters in all. Returns "" when nothing was retrieved. ``resolve_dates`` as
     in ``render_messages``, ``timestamps`` too. Facts keep their similarity order, each with its event date span
@@ -190,10 +192,21 @@ def render_context(result: SearchResult, raw_top_r: int, max_chars: int = 4000, 
         for ep in raw:
             parts.append(render_messages(ep.messages, max_chars, resolve_dates=resolve_dates, timestamps=timestamps))
     if result.semantic:
-        parts.append(CONTEXT_HEADERS[2])
+        parts.append(facts_header)
         parts += [f"- {render_fact(s.entry)}" for s in result.semantic]
     text = "\n".join(parts)
     return clip(text, budget) if budget else text
+
+
+def chronological_facts(result: SearchResult, naive_timezone: str = "UTC") -> SearchResult:
+    """``result`` with its facts listed by event time, oldest first (undated ones first, in their rank order), so
+    that of two facts that disagree the newer is the one nearer the question (``facts_order="chronological"``,
+    our addition; the paper lists them by similarity, §3.4)."""
+    def key(hit: Any) -> tuple[int, datetime]:
+        end = hit.entry.event_end
+        return (0, datetime.min.replace(tzinfo=timezone.utc)) if end is None else (1, instant(end, naive_timezone))
+
+    return result.model_copy(update={"semantic": sorted(result.semantic, key=key)})
 
 
 def _ranked_items(result: SearchResult, raw_top_r: int) -> list[tuple[str, int]]:

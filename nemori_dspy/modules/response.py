@@ -8,7 +8,7 @@ from typing import Callable, Collection
 
 import dspy
 
-from ..formatting import fit_context, render_context
+from ..formatting import CHRONOLOGICAL_FACTS_HEADER, CONTEXT_HEADERS, chronological_facts, fit_context, render_context
 from ..usage import tally
 from ..types import SearchResult
 from .resources import Resources
@@ -76,8 +76,11 @@ class ResponseGeneration(dspy.Module):
             dropped = n - len(retrieved.episodes) - len(retrieved.semantic)
             if dropped:
                 tally("answer_context_items_dropped", dropped)
+        header = CONTEXT_HEADERS[2]
+        if s.facts_order == "chronological" and retrieved.semantic:
+            retrieved, header = chronological_facts(retrieved, s.naive_timezone), CHRONOLOGICAL_FACTS_HEADER
         context = render_context(retrieved, r, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
-                                 raw_ids, s.message_timestamps)
+                                 raw_ids, s.message_timestamps, facts_header=header)
         return dspy.Prediction(context=context, retrieved=retrieved, search_ms=search_ms)
 
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:

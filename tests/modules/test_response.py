@@ -61,7 +61,8 @@ def test_no_memory_control_sends_empty_context(tmp_path):
 
 def test_known_facts_show_event_dates_in_similarity_order_never_the_ingestion_date(tmp_path):
     """P_ans is told to prefer the most recent memory: facts carry *event* dates for that, and keep
-    their similarity order; an undated (older-store) fact is shown without a date, not with created_at."""
+    their similarity order (``facts_order="similarity"``, the paper's); an undated (older-store) fact is shown
+    without a date, not with created_at."""
     store = SQLiteStore(tmp_path / "m.db")
     store.check_embedder("table-3", 3)
     written = datetime(2030, 1, 1, 12, 0)
@@ -72,7 +73,7 @@ def test_known_facts_show_event_dates_in_similarity_order_never_the_ingestion_da
                       event_start=datetime(2023, 5, 20, 9, 0), event_end=datetime(2023, 6, 2, 9, 0)),
         SemanticEntry(id="s-undated", user_id="u", text="Caroline likes hiking.", vector=unit_vector(30),
                       created_at=written)], [])
-    s = NemoriSettings()
+    s = NemoriSettings(facts_order="similarity")
     rg = ResponseGeneration(Resources(store, TableEmbedder({"q?": [1, 0, 0]}), s), stage_factory(s))
     lm = ScriptedLM(default_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
@@ -113,3 +114,26 @@ def test_answer_context_cap_off_is_the_paper_context(tmp_path):
     full = _setup(tmp_path / "a").context("u", "q?").context
     assert _setup(tmp_path / "b", answer_context_tokens=100_000).context("u", "q?").context == full
     assert _setup(tmp_path / "c", answer_context_tokens="off").context("u", "q?").context == full
+
+
+def test_facts_are_listed_oldest_first_so_the_newer_of_two_that_disagree_is_plain(tmp_path):
+    """Issue 19: when facts disagree the answer context makes the newer one plain (facts_order, default)."""
+    from nemori_dspy.formatting import CHRONOLOGICAL_FACTS_HEADER
+
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    store.commit_distillation("u", "ep", [
+        SemanticEntry(id="s-new", user_id="u", text="Caroline now lives in Denver.", vector=unit_vector(5),
+                      event_start=datetime(2023, 7, 1), event_end=datetime(2023, 7, 1)),
+        SemanticEntry(id="s-old", user_id="u", text="Caroline lives in Boston.", vector=unit_vector(20),
+                      event_start=datetime(2023, 5, 8), event_end=datetime(2023, 5, 8))], [])
+    contexts = {}
+    for order in ("chronological", "similarity"):
+        s = NemoriSettings(facts_order=order)
+        rg = ResponseGeneration(Resources(store, TableEmbedder({"q?": [1, 0, 0]}), s), stage_factory(s))
+        with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
+            contexts[order] = rg(user_id="u", question="q?").context
+    chrono = contexts["chronological"].split(CHRONOLOGICAL_FACTS_HEADER + "\n", 1)[1].splitlines()
+    assert chrono == ["- (2023-05-08) Caroline lives in Boston.", "- (2023-07-01) Caroline now lives in Denver."]
+    by_rank = contexts["similarity"].split("Known facts:\n", 1)[1].splitlines()
+    assert by_rank[0] == "- (2023-07-01) Caroline now lives in Denver."
