@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import dateparser
 
-__all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN"]
+__all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN", "strip_relative_notes"]
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|couple of)"
 _UNIT = r"(?:day|week|month|year)s?"
@@ -99,3 +99,14 @@ def annotate_relative_dates(text: str, when: datetime) -> str:
         return f"{absolute} ({expr})"
 
     return _PATTERN.sub(note, text)
+
+
+def strip_relative_notes(text: str) -> str:
+    """``text`` without the ``(<relative expression>)`` notes ``annotate_relative_dates`` wrote after an absolute date:
+    ``"Caroline went to a support group on 7 May 2023 (yesterday)."`` → ``"... on 7 May 2023."``. A fact outlives the
+    day it was said on, so "(yesterday)" would mislead every later reader; a parenthesis holding anything else stays."""
+    def drop(match: re.Match[str]) -> str:
+        inner = match.group(1)
+        return "" if _PATTERN.fullmatch(inner.strip()) else match.group(0)
+
+    return re.sub(r"\s*\(([^()]{1,40})\)", drop, text)

@@ -47,3 +47,10 @@ def test_words_that_only_look_like_dates_are_left_alone():
 def test_the_reference_is_the_message_time_not_today():
     aware = datetime(2021, 3, 12, 9, 0, tzinfo=timezone.utc)
     assert annotate_relative_dates("Yesterday was fun", aware) == "on 11 March 2021 (Yesterday) was fun"
+
+
+def test_strip_relative_notes_drops_only_the_relative_expressions_annotate_wrote():
+    from nemori_dspy.temporal import strip_relative_notes
+
+    assert strip_relative_notes("Camping in June 2023 (next month).") == "Camping in June 2023."
+    assert strip_relative_notes("Mel (my friend) paints.") == "Mel (my friend) paints."

@@ -20,6 +20,7 @@ from ..formatting import render_entries, render_fact, render_insight_candidates,
 from ..insight_rules import SourceLine, dated_message_lines, rule_insight, source_lines
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
+from ..temporal import strip_relative_notes
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import tally
 from .resources import Resources
@@ -27,7 +28,7 @@ from .resources import Resources
 if TYPE_CHECKING:
     from ..config import NemoriSettings
 
-__all__ = ["same_person_candidates", "people_named", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
+__all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue"]
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ def _clean_insights(raw: object, messages: str = "", source: Sequence[StoredMess
                 tally(f"insights_dropped.{reason}" if reason != "noise" else "noise_insights_dropped")
                 log.info("insight dropped (%s): %r", reason, t[:200])
             continue
+        fact = strip_relative_notes(fact)
         if normalise_fact(fact) in {normalise_fact(o) for o in out}:
             continue
         if reason == "attributed":
@@ -402,6 +404,11 @@ class SemanticDistillation(dspy.Module):
             tally("consolidation.merge_refused_person")
             log.info("merge refused: %r names other people than %r and its targets", merged, new_entry.text)
             action = "new"
+        if action == "merge" and targets and merged and not keeps_content(merged, [new_entry.text,
+                                                                                   *(t.text for t in targets)]):
+            tally("consolidation.merge_refused_content")
+            log.info("merge refused: %r drops what %r or its targets state", merged, new_entry.text)
+            action = "new"
         if action == "merge" and targets and merged:
             replacement = self._merged(user_id, episode, merged, targets)
         elif action == "conflict" and targets:
@@ -468,6 +475,25 @@ def _keeps_people(merged: str, insight: str, targets: list[SemanticEntry], speak
     allowed = people_named(insight, speakers).union(*(people_named(t.text, speakers) for t in targets))
     named = people_named(merged, speakers)
     return named <= allowed and people_named(insight, speakers) <= named
+
+
+#: share of a merged source's content words a merged statement must keep (P_con: "keeping every detail of both").
+MERGE_KEEP = 0.5
+_STOP = frozenset("that this with from have been were they their there about which would could should very really "
+                  "also into when what your just like some them then than said says".split())
+
+
+def _content(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.casefold()) if len(w) >= 4 and w not in _STOP}
+
+
+def keeps_content(merged: str, sources: list[str]) -> bool:
+    """True if ``merged`` keeps at least ``MERGE_KEEP`` of each source's content words (words of 4+ letters, a few
+    function words aside). Seen with the 1.5B model: "Caroline went to an LGBTQ support group on 7 May 2023" merged
+    with a charity-race fact into "Caroline helped Melanie with the charity race ...; it was so powerful" (1 of 7
+    words kept): P_con's merge must keep every detail of both (§3.3.3), so such a merge is stored as new."""
+    merged_words = _content(merged)
+    return all(not (w := _content(src)) or len(w & merged_words) >= MERGE_KEEP * len(w) for src in sources)
 
 
 def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:

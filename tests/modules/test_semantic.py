@@ -662,3 +662,28 @@ def test_a_merge_whose_text_moves_the_fact_to_another_person_is_stored_as_new(tm
     assert [name for name, _ in lm.prompts if name == "ConsolidateKnowledge"]
     assert live == {"Caroline likes support groups.", "Caroline went to an LGBTQ support group on 7 May 2023."}
     assert ledger.counters["consolidation.merge_refused_person"] == 1
+
+
+def test_a_merge_that_drops_what_a_target_states_is_stored_as_new(tmp_path, ledger):
+    """Seen with the 1.5B model: a support-group fact 'merged' into a charity-race one lost every detail of it."""
+    lm, live = _person_run(tmp_path, chat_reply(
+        action="merge", targets=[1], merged_text="Caroline helped with the charity race; it was so powerful."),
+        {"Caroline ran a charity race for mental health.": unit_vector(8)})
+    assert live == {"Caroline ran a charity race for mental health.",
+                    "Caroline went to an LGBTQ support group on 7 May 2023."}
+    assert ledger.counters["consolidation.merge_refused_content"] == 1
+
+
+def test_keeps_content_accepts_a_merge_that_keeps_both_facts():
+    from nemori_dspy.modules.semantic import keeps_content
+
+    assert keeps_content("Caroline loves dogs and adopted Rex in May 2023.",
+                         ["Caroline adopted a dog named Rex in May 2023.", "Caroline loves dogs."])
+    assert not keeps_content("Caroline loves dogs.", ["Caroline adopted a dog named Rex in May 2023."])
+
+
+def test_relative_date_notes_are_not_stored_in_facts():
+    from nemori_dspy.modules.semantic import _clean_insights
+
+    assert _clean_insights(["Caroline went to a support group on 7 May 2023 (yesterday)."]) == [
+        "Caroline went to a support group on 7 May 2023."]
