@@ -13,7 +13,7 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.insight_rules import message_lines
 from nemori_dspy.memory import Memory
-from nemori_dspy.modules.pipeline import NemoriPipeline, closed_segments
+from nemori_dspy.modules.pipeline import NemoriPipeline, closed_segments, stage_factory
 from nemori_dspy.modules.resources import Resources
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import StoredMessage
@@ -180,3 +180,25 @@ def test_closed_segments_form_the_window_up_to_its_last_gap(hours, hold, formed)
     window = _msgs_at(hours)
     assert closed_segments(window, NemoriSettings(), hold) == window[:formed]
     assert closed_segments(window, NemoriSettings(hold_open_segment=False), hold) == window  # the paper's
+
+
+def test_seed_demos_start_every_memory_stage_but_partition_and_are_off_in_the_paper_configuration():
+    from nemori_dspy.config import PAPER_FAITHFUL
+    from nemori_dspy.signatures.demos import SEED_DEMOS
+
+    make = stage_factory(NemoriSettings(_env_file=None))
+    for stage in ("narrate", "distill", "anticipate", "consolidate", "direct_distill"):
+        (predictor,) = [p for _, p in make(stage).named_predictors()]
+        assert len(predictor.demos) == len(SEED_DEMOS[stage]) > 0, stage
+    assert [p.demos for _, p in make("partition").named_predictors()] == [[]]
+    paper = stage_factory(NemoriSettings(**PAPER_FAITHFUL, _env_file=None))
+    assert [p.demos for _, p in paper("narrate").named_predictors()] == [[]]
+
+
+def test_seed_demos_hold_every_field_of_their_signature():
+    from nemori_dspy.signatures import SIGNATURES
+    from nemori_dspy.signatures.demos import SEED_DEMOS
+
+    for stage, demos in SEED_DEMOS.items():
+        fields = set(SIGNATURES[stage].input_fields) | set(SIGNATURES[stage].output_fields)
+        assert all(set(d.toDict()) == fields for d in demos), stage
