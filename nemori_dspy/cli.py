@@ -146,7 +146,8 @@ def _optimize_parser(sub: Any) -> None:
     op.add_argument("--data", help="locomo10.json or a file in its schema (as for eval locomo)")
     op.add_argument("--sessions", default="1-3", help="LoCoMo slice A-B (default 1-3)")
     op.add_argument("--slice", help=_SLICE_HELP + "; replaces --sessions, and --train/--dev default to its "
-                                                  "conversations but the last / the last")
+                                                  "conversations but the last / the last (a one-conversation slice "
+                                                  "is dev: give --train)")
     op.add_argument("--train", help="train conversations, e.g. conv-26,conv-30 (required without --slice)")
     op.add_argument("--dev", help="held-out dev conversations, e.g. conv-41 (never in --train; required without "
                                   "--slice)")
@@ -225,8 +226,8 @@ def _run_dir(args: argparse.Namespace, kind: str = "locomo") -> Path:
 
 
 #: ``--slice`` help, shared by eval locomo and optimize (the slices: ``eval.locomo.NAMED_SLICES``).
-_SLICE_HELP = ("a named LoCoMo slice: 'memory' = conv-49 + conv-50, all sessions (1,077 turns; 25 and 30 sessions, "
-               "so top-10 must choose among >= 25 episodes; 314 scored questions in all four categories)")
+_SLICE_HELP = ("a named LoCoMo slice: 'memory' = conv-49, all sessions (509 turns in 25 sessions, so top-10 must "
+               "choose among >= 25 episodes; 156 scored questions in all four categories)")
 
 
 def _named_slice(args: argparse.Namespace) -> tuple[list[str], Any]:

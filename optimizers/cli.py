@@ -78,6 +78,11 @@ def optimize_command(args: argparse.Namespace) -> int:
 
         slice_ids, slice_sessions_ = named_slice(args.slice)
         train_ids, dev_ids = train_ids or slice_ids[:-1], dev_ids or slice_ids[-1:]
+        if not train_ids:
+            from nemori_dspy.errors import ConfigError
+
+            raise ConfigError(f"--slice {args.slice} holds one conversation ({', '.join(slice_ids)}), which is the "
+                              "dev set. Fix: name train conversations with --train (e.g. --train conv-26,conv-30).")
         args.sessions = slice_sessions_.label() if slice_sessions_ else None
     check_split(train_ids, dev_ids)
     sessions = parse_sessions(args.sessions)

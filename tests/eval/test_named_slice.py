@@ -15,8 +15,8 @@ from nemori_dspy.eval.locomo import NAMED_SLICES, SCORED_CATEGORIES, load_locomo
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
 
 
-def test_the_memory_slice_is_two_whole_conversations():
-    assert named_slice("memory") == (["conv-49", "conv-50"], None)
+def test_the_memory_slice_is_one_whole_conversation():
+    assert named_slice("memory") == (["conv-49"], None)
     assert named_slice(" Memory ") == named_slice("memory")
 
 
@@ -27,7 +27,7 @@ def test_an_unknown_slice_names_the_known_ones():
 
 def test_slice_replaces_conversations_and_sessions_and_refuses_both():
     ns = argparse.Namespace(slice="memory", conversations=None, sessions=None)
-    assert _named_slice(ns) == (["conv-49", "conv-50"], None)
+    assert _named_slice(ns) == (["conv-49"], None)
     with pytest.raises(DatasetError, match="--conversations"):
         _named_slice(argparse.Namespace(slice="memory", conversations="conv-26", sessions=None))
 
@@ -39,11 +39,20 @@ def test_optimize_takes_a_slice_without_train_and_dev():
 
 @pytest.mark.skipif(not LOCOMO.is_file(), reason="locomo10.json (CC BY-NC) is not beside the checkout")
 def test_the_memory_slice_has_what_the_issue_asks_for():
-    """>= 25 sessions per conversation, >= 100 scored questions in all four categories, ~1,000-1,100 turns."""
+    """>= 25 sessions per conversation, >= 100 scored questions in all four categories, ~500 turns (~90 min)."""
     ids, sessions = named_slice("memory")
     convs = [slice_sessions(c, sessions) for c in load_locomo(LOCOMO, ids)]
     per_cat = collections.Counter(q.category for c in convs for q in c.questions if q.category in SCORED_CATEGORIES)
     assert all(len({session_of(m.id) for m in c.messages}) >= 25 for c in convs)
-    assert sum(per_cat.values()) == 314 and set(per_cat) == set(SCORED_CATEGORIES)
-    assert sum(len(c.messages) for c in convs) == 1077
-    assert "1,077 turns" in NAMED_SLICES["memory"][2]
+    assert sum(per_cat.values()) == 156 and set(per_cat) == set(SCORED_CATEGORIES)
+    assert sum(len(c.messages) for c in convs) == 509
+    assert "509 turns" in NAMED_SLICES["memory"][2]
+
+
+def test_optimize_on_the_one_conversation_slice_asks_for_train_conversations():
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.optimizers.cli import optimize_command
+
+    args = build_parser().parse_args(["optimize", "--stage", "answer", "--slice", "memory"])
+    with pytest.raises(ConfigError, match="--train"):
+        optimize_command(args)
