@@ -146,11 +146,16 @@ def _optimize_parser(sub: Any) -> None:
     op.add_argument("--data", help="locomo10.json or a file in its schema (as for eval locomo)")
     op.add_argument("--sessions", default="1-3", help="LoCoMo slice A-B (default 1-3)")
     op.add_argument("--slice", help=_SLICE_HELP + "; replaces --sessions, and --train/--dev default to its "
-                                                  "conversations but the last / the last (a one-conversation slice "
-                                                  "is dev: give --train)")
+                                                  "conversations not in --test but the last / the last (a "
+                                                  "one-conversation slice is dev: give --train)")
     op.add_argument("--train", help="train conversations, e.g. conv-26,conv-30 (required without --slice)")
     op.add_argument("--dev", help="held-out dev conversations, e.g. conv-41 (never in --train; required without "
                                   "--slice)")
+    op.add_argument("--test", help="test conversations, scored before and after and never selected on (in neither "
+                                   "--train nor --dev), e.g. conv-42,conv-43: the held-out estimate")
+    op.add_argument("--answer-metric", default="judge+f1", choices=["judge+f1", "judge", "f1"],
+                    help="the answer stage's metric: judge+f1 (default; mean of the LLM judge's verdict and token "
+                         "F1), judge, or f1 alone (rewards brevity); the judge is --reflection-model, audited first")
     op.add_argument("--out", help="run folder (default runs/optimize-<time>): program.json, result.json")
     op.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA/SIMBA budget preset")
     op.add_argument("--max-metric-calls", type=_positive_int, help="GEPA: metric calls in all")

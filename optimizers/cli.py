@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["optimize_command", "print_results", "ignored_budget_flags"]
+__all__ = ["optimize_command", "print_results", "ignored_budget_flags", "MIN_AUDIT_ON_WRONG"]
 
 
 #: budget flags each optimizer reads (``optimize.make_optimizer``); others are reported as having no effect.
@@ -57,6 +57,50 @@ def _charged_reflection(rt: Any, name: str) -> Any:
     return lm
 
 
+#: the judge must label at least this share of the audit's wrong answers WRONG before it may score tuning.
+MIN_AUDIT_ON_WRONG = 0.5
+
+
+def _answer_metric(args: argparse.Namespace, rt: Any, stages: list[str], train: list[Any], run: Any) -> Any:
+    """P_ans's metric for this run: ``JudgeF1Metric`` on the reflection model (the run's judge) per
+    ``--answer-metric``, after auditing that judge on LoCoMo calibration pairs of the train conversations; None
+    (token F1) with ``--answer-metric f1``, without an answer stage, or in end-to-end mode.
+
+    Raises:
+        ConfigError: the judge labels fewer than ``MIN_AUDIT_ON_WRONG`` of the audit's wrong answers WRONG
+            (a metric it would hand out for free).
+    """
+    from nemori_dspy.optimizers.metrics import ANSWER_METRICS, JudgeF1Metric
+
+    weight = ANSWER_METRICS[args.answer_metric]
+    if "answer" not in stages or args.metric == "end-to-end" or weight == 0:
+        return None
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.eval.judge import LLMJudge
+    from nemori_dspy.eval.judge_audit import audit_table, locomo_audit_pairs, run_audit
+    from nemori_dspy.eval.locomo import SCORED_CATEGORIES
+
+    lm = rt.judge_lm.copy()
+    lm.charge_stage = None  # charged to ``judge``, apart from the reflection model's own calls
+    judge = LLMJudge(lm, max_tokens=rt.settings.stage_max_tokens("judge"), parse_retries=rt.settings.parse_retries,
+                     model_label=rt.judge_label)
+    pairs = locomo_audit_pairs(train, SCORED_CATEGORIES, None, rt.settings.judge_audit)
+    audit = run_audit({"judge": judge}, pairs) if pairs else None
+    print(f"answer metric {args.answer_metric}: judge {rt.judge_label} × {weight} + token F1 × {1 - weight}"
+          + (f"; judge audit on {len(pairs)} train pairs:\n{audit_table(audit)}" if audit else
+             "; no judge audit (NEMORI_JUDGE_AUDIT=0 or no eligible pair)"), flush=True)
+    if audit and run is not None:
+        import mlflow
+
+        mlflow.log_metrics({f"answer_metric.audit.{k}": float(v) for k, v in audit["judge"].items() if v is not None})
+    on_wrong = audit["judge"]["on_wrong"] if audit else None
+    if on_wrong is not None and on_wrong < MIN_AUDIT_ON_WRONG:
+        raise ConfigError(f"the judge {rt.judge_label} labelled only {100 * on_wrong:.0f}% of the audit's wrong "
+                          f"answers WRONG (need {100 * MIN_AUDIT_ON_WRONG:.0f}%), so tuning on it would reward wrong "
+                          "answers. Fix: a stronger --reflection-model (it is the judge), or --answer-metric f1.")
+    return JudgeF1Metric(judge, weight)
+
+
 def optimize_command(args: argparse.Namespace) -> int:
     """Run ``optimize`` from parsed arguments; returns the exit code (errors raise ``NemoriError``)."""
     from nemori_dspy.cli import _ids, _program_state, _run_dir, _settings, resolve_dataset
@@ -72,22 +116,18 @@ def optimize_command(args: argparse.Namespace) -> int:
         print(f"note: {flag} has no effect with --optimizer {args.optimizer}", flush=True)
     logging.getLogger("dspy.teleprompt").setLevel(logging.INFO)  # optimizer progress (iterations, trial scores)
     settings = _settings(args)
-    train_ids, dev_ids = _ids(args.train) or [], _ids(args.dev) or []
+    train_ids, dev_ids, test_ids = _ids(args.train) or [], _ids(args.dev) or [], _ids(getattr(args, "test", None)) or []
     if getattr(args, "slice", None):  # a named slice: its sessions; --train / --dev default to its conversations
         from nemori_dspy.eval.locomo import named_slice
 
         slice_ids, slice_sessions_ = named_slice(args.slice)
-        train_ids, dev_ids = train_ids or slice_ids[:-1], dev_ids or slice_ids[-1:]
-        if not train_ids:
-            from nemori_dspy.errors import ConfigError
-
-            raise ConfigError(f"--slice {args.slice} holds one conversation ({', '.join(slice_ids)}), which is the "
-                              "dev set. Fix: name train conversations with --train (e.g. --train conv-26,conv-30).")
+        rest = [i for i in slice_ids if i not in train_ids + test_ids]
+        train_ids, dev_ids = train_ids or rest[:-1], dev_ids or rest[-1:]
         args.sessions = slice_sessions_.label() if slice_sessions_ else None
-    check_split(train_ids, dev_ids)
+    check_split(train_ids, dev_ids, test_ids, slice_name=getattr(args, "slice", None))
     sessions = parse_sessions(args.sessions)
     data = resolve_dataset(args.data, settings)
-    convs = {c.sample_id: slice_sessions(c, sessions) for c in load_locomo(data, train_ids + dev_ids)}
+    convs = {c.sample_id: slice_sessions(c, sessions) for c in load_locomo(data, train_ids + dev_ids + test_ids)}
     data_sha, program = dataset_sha256(data), _program_state(args.program)
     budget = Budget(auto=args.auto, max_metric_calls=args.max_metric_calls, num_trials=args.num_trials,
                     num_candidates=args.num_candidates, num_threads=args.num_threads,
@@ -95,11 +135,16 @@ def optimize_command(args: argparse.Namespace) -> int:
     out = _run_dir(args, "optimize")
     print(f"optimize {','.join(stages)} with {args.optimizer} on sessions {args.sessions} of {data}; train "
           f"{','.join(train_ids)} ({sum(len(convs[i].messages) for i in train_ids)} turns), dev {','.join(dev_ids)} "
-          f"({sum(len(convs[i].messages) for i in dev_ids)} turns); run folder {out}", flush=True)
+          f"({sum(len(convs[i].messages) for i in dev_ids)} turns), test {','.join(test_ids) or 'none'} "
+          f"({sum(len(convs[i].messages) for i in test_ids)} turns); run folder {out}", flush=True)
+    if not test_ids:
+        print("note: no --test conversations: the optimizer selects on dev, so the dev score after tuning is not a "
+              "held-out estimate. Fix: add --test with conversations in neither --train nor --dev.", flush=True)
     t0 = time.perf_counter()
     params = {"stages": ",".join(stages), "optimizer": args.optimizer, "metric": args.metric, "max_train": args.max_train, "budget": budget.model_dump(),
               "model.reflection_setting": args.reflection_model, "train": ",".join(train_ids),
-              "dev": ",".join(dev_ids), "sessions": args.sessions, "dataset.path": str(data),
+              "dev": ",".join(dev_ids), "test": ",".join(test_ids), "answer_metric": args.answer_metric,
+              "sessions": args.sessions, "dataset.path": str(data),
               "dataset.sha256": data_sha, "program.start": args.program, "out": str(out)}
     with contextlib.ExitStack() as stack:
         stack.enter_context(UsageLedger().charging())  # this optimization's usage, apart from any other run
@@ -108,14 +153,15 @@ def optimize_command(args: argparse.Namespace) -> int:
             from nemori_dspy.optimizers.tracking import optimize_run
 
             run = stack.enter_context(optimize_run(settings, params, out.name))
-        _optimize(args, stack, settings, run, stages, convs, train_ids, dev_ids, data_sha, program, sessions,
+        _optimize(args, settings, run, stages, convs, (train_ids, dev_ids, test_ids), data_sha, program, sessions,
                   budget, out, t0)
     return 0
 
 
-def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, stages: list[str], convs: dict,
-              train_ids: list[str], dev_ids: list[str], data_sha: str, program: Any, sessions: Any, budget: Any,
+def _optimize(args: argparse.Namespace, settings: Any, run: Any, stages: list[str], convs: dict,
+              splits: tuple[list[str], list[str], list[str]], data_sha: str, program: Any, sessions: Any, budget: Any,
               out: Path, t0: float) -> None:
+    train_ids, dev_ids, test_ids = splits
     from nemori_dspy.cli import _memory_provider
     from nemori_dspy.eval.systems import SYSTEMS
     from nemori_dspy.optimizers.tune import OptimizeOptions, ensure_built, run_optimize
@@ -127,16 +173,17 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
         provider, _ = _memory_provider(args, settings, rt, data_sha, program, sessions.label() if sessions else None)
         system = SYSTEMS["nemori"]
         memory, records = provider.memory(system), provider.record_path(system)
-        ordered = [convs[i] for i in train_ids + dev_ids]
+        ordered = [convs[i] for i in train_ids + dev_ids + test_ids]
         built = ensure_built(memory, ordered, records, lambda sid: provider.is_built(system, sid),
                              lambda sid: provider.mark_built(system, sid))
         construction = memory.usage.snapshot()  # the memory's own calls: its construction (none when reused)
         print(f"memory {provider.path(system)}: " + (f"built {', '.join(built)} now" if built else
                                                      "reused (built and recorded by an earlier run)"), flush=True)
         opts = OptimizeOptions(stages=stages, optimizer=args.optimizer, train=[convs[i] for i in train_ids],
-                               dev=[convs[i] for i in dev_ids], out_dir=out, budget=budget,
-                               reflection_lm=_charged_reflection(rt, args.reflection_model), metric=args.metric,
-                               max_train=args.max_train)
+                               dev=[convs[i] for i in dev_ids], test=[convs[i] for i in test_ids], out_dir=out,
+                               budget=budget, reflection_lm=_charged_reflection(rt, args.reflection_model),
+                               metric=args.metric, max_train=args.max_train,
+                               answer_metric=_answer_metric(args, rt, stages, [convs[i] for i in train_ids], run))
         if run is not None:
             import mlflow
 
@@ -145,7 +192,8 @@ def _optimize(args: argparse.Namespace, stack: Any, settings: Any, run: Any, sta
         results = run_optimize(memory, records, opts)
     seconds = time.perf_counter() - t0
     print_results(results, out, seconds, construction,
-                  eval_hint=f"--data {args.data or '<data>'} --sessions {args.sessions} --conversations {','.join(dev_ids)}")
+                  eval_hint=f"--data {args.data or '<data>'} --sessions {args.sessions} --conversations "
+                            f"{','.join(test_ids or dev_ids)}")
     if run is not None:
         from nemori_dspy.optimizers.tracking import log_results
         from nemori_dspy.eval.tracking import tracking_uri
@@ -168,22 +216,36 @@ def _cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
             f"{g['output_tokens']:,.0f} out tokens, {g['seconds']:.0f} s" for who, g in groups.items()]
 
 
+def _split_lines(r: Any, split: str) -> list[str]:
+    """Before / after / paired lines (and the paired metric parts) of one split ("dev" or "test")."""
+    from nemori_dspy.eval.metrics import paired_line
+
+    before, after = (r.before, r.after) if split == "dev" else (r.test_before, r.test_after)
+    what = ("the optimizer selected on it: optimistic" if split == "dev" else
+            "conversations no optimizer step saw")
+    n = r.n_dev if split == "dev" else r.n_test
+    lines = [f"  {split} ({what}), {n} examples:", f"    before {before.cell()}",
+             f"    after  {after.cell()}   ({100 * (after.mean - before.mean):+.1f} points)"]
+    paired = r.paired(split) if hasattr(r, "paired") else None  # same examples before and after
+    if paired:
+        lines.append("    " + paired_line("paired", paired, "before", "after"))
+    for part, p in (r.paired_parts(split) if hasattr(r, "paired_parts") else {}).items():
+        lines.append("    " + paired_line(f"paired {part}", p, "before", "after"))
+    return lines
+
+
 def print_results(results: list[Any], out: Path, seconds: float, construction: dict[str, Any],
                   eval_hint: str = "") -> None:
-    """The human summary of an optimization (see the module docstring); ``eval_hint`` completes the suggested
-    ``eval locomo`` command (data, slice, dev conversations)."""
+    """The human summary of an optimization (see the module docstring): per stage the dev and (with ``--test``)
+    test scores before/after with paired bootstrap CIs of the difference, the answer stage's judge and F1 side by
+    side; ``eval_hint`` completes the suggested ``eval locomo`` command (data, slice, test or dev conversations)."""
     built = sum(u.calls for u in construction.values())
     print(f"\nmemory construction before tuning: {built} LLM calls")
     for r in results:
-        delta = 100 * (r.after.mean - r.before.mean)
-        print(f"\n[{r.stage}] dev (held-out conversations), {r.n_train} train / {r.n_dev} dev examples:")
-        print(f"    before {r.before.cell()}")
-        print(f"    after  {r.after.cell()}   ({delta:+.1f} points)")
-        paired = r.paired() if hasattr(r, "paired") else None  # same dev examples before and after
-        if paired:
-            from nemori_dspy.eval.metrics import paired_line
-
-            print("    " + paired_line("paired", paired, "before", "after"))
+        print(f"\n[{r.stage}] {r.n_train} train / {r.n_dev} dev / {getattr(r, 'n_test', 0)} test examples"
+              + (f"; recorded calls on train: {r.calls_on_train}" if getattr(r, "calls_on_train", None) else ""))
+        for line in _split_lines(r, "dev") + (_split_lines(r, "test") if getattr(r, "test_before", None) else []):
+            print(line)
         for cat, c in r.by_category.items():
             print(f"    {cat:<12} n={c['n']:<3} before {100 * c['before']:.1f}  after {100 * c['after']:.1f}")
         print(f"  cost of optimizing ({r.seconds / 60:.1f} min):")

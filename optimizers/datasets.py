@@ -13,6 +13,7 @@ the pipeline does not already guarantee. Tune it end to end (``optimize --metric
 
 from __future__ import annotations
 
+from itertools import combinations
 from typing import Iterable, Sequence
 
 import dspy
@@ -158,16 +159,26 @@ def consolidate_examples(group: str | None = None) -> list[dspy.Example]:
             for c in CONSOLIDATION_CASES if group is None or c["group"] == group]
 
 
-def check_split(train_ids: Sequence[str], dev_ids: Sequence[str]) -> None:
-    """Train and dev must be different conversations.
+def check_split(train_ids: Sequence[str], dev_ids: Sequence[str], test_ids: Sequence[str] = (),
+                slice_name: str | None = None) -> None:
+    """Train, dev and test must be different conversations; train and dev must not be empty (test may be).
 
+    Args:
+        train_ids / dev_ids / test_ids: conversation ids of each split (``--train``, ``--dev``, ``--test``).
+        slice_name: the named slice they came from (``--slice``), so an empty train names it.
     Raises:
-        ConfigError: a conversation is in both, or either side is empty.
+        ConfigError: a conversation is in two splits, or train or dev is empty.
     """
-    both = sorted(set(train_ids) & set(dev_ids))
-    if both:
-        raise ConfigError(f"conversation(s) {both} are in both --train and --dev. Fix: split by conversation "
-                          "(e.g. --train conv-26,conv-30 --dev conv-41).")
+    sides = {"--train": train_ids, "--dev": dev_ids, "--test": test_ids}
+    for (a, x), (b, y) in combinations(sides.items(), 2):
+        both = sorted(set(x) & set(y))
+        if both:
+            raise ConfigError(f"conversation(s) {both} are in both {a} and {b}. Fix: split by conversation "
+                              "(e.g. --train conv-26,conv-30 --dev conv-41 --test conv-42).")
+    if slice_name and not train_ids:
+        raise ConfigError(f"--slice {slice_name} leaves no train conversation (its conversations are dev"
+                          f"{' and test' if test_ids else ''}). Fix: name train conversations with --train "
+                          "(e.g. --train conv-26,conv-30).")
     if not train_ids or not dev_ids:
         raise ConfigError("--train and --dev each need at least one conversation id. Fix: e.g. --train conv-26 "
-                          "--dev conv-30.")
+                          "--dev conv-30 (and --test conv-41 for a held-out score).")

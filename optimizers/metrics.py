@@ -11,6 +11,10 @@ trial must cost only the stage's own call.
 
 * ``answer_metric`` (P_ans): set-based token F1 against the gold answer (mem0/Nemori convention,
   ``eval.metrics.token_f1``) — the paper's headline answer metric besides the LLM judge.
+* ``JudgeF1Metric`` (P_ans tuned on correctness, the ``optimize --stage answer`` default): the mean of the
+  LLM judge's verdict (CORRECT = 1) and token F1. F1 alone rewards brevity: a tuned answer stage that says
+  "Yes" where the gold is "yes, teammates on his video game team" wins F1 and loses the judge. The judge is the
+  one LLM in these metrics; ``optimize`` audits it on LoCoMo calibration pairs before it tunes anything.
 * ``narrate_metric`` (P_nar): *answer coverage* of the narrative — the share of the episode's gold
   answers (questions whose evidence turns lie in the episode) recoverable from it — minus a length penalty
   (copying the messages verbatim must not win) and a penalty per relative date left unresolved. It measures
@@ -39,7 +43,7 @@ from nemori_dspy.temporal import RELATIVE_DATE_PATTERN as _RELATIVE
 
 __all__ = [
     "extract_dates", "content_tokens", "answer_coverage", "coverage_report", "length_penalty",
-    "unresolved_relative_dates", "restatements", "answer_metric", "narrate_metric", "distill_metric",
+    "unresolved_relative_dates", "restatements", "answer_metric", "JudgeF1Metric", "ANSWER_METRICS", "narrate_metric", "distill_metric",
     "consolidate_metric", "end_to_end_metric", "STAGE_METRICS", "LENGTH_FREE_RATIO", "LENGTH_WEIGHT", "RELATIVE_DATE_PENALTY",
     "RESTATEMENT_PENALTY", "RESTATEMENT_JACCARD",
 ]
@@ -210,6 +214,61 @@ def answer_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | N
                     "Answer with the short phrase from the context that answers the question (names, dates "
                     "as written in the context), without extra words.")
     return _result(score, feedback, pred_name)
+
+
+#: ``optimize --answer-metric`` choices → the judge's weight in the answer score (f1 = token F1 alone).
+ANSWER_METRICS = {"judge+f1": 0.5, "judge": 1.0, "f1": 0.0}
+
+
+class JudgeF1Metric:
+    """P_ans metric on correctness: ``judge_weight × judge + (1 − judge_weight) × token F1``, in [0, 1].
+
+    ``judge`` is a callable ``(example, pred) -> 1.0 | 0.0`` (``eval.judge.LLMJudge``); its verdict per
+    (question, gold, answer) is cached, so ``parts`` (the two scores side by side, for reports) costs no second
+    judge call. Called with ``pred_name`` (GEPA) it returns ``dspy.Prediction(score, feedback)`` naming the
+    verdict, the gold answer and what was said; else a float (MIPROv2, BootstrapFewShot, ``dspy.Evaluate``).
+
+    Args:
+        judge: the LLM judge (the run's judge model; ``optimize`` uses the reflection model).
+        judge_weight: in [0, 1]; 0.5 = judge and F1 together (``ANSWER_METRICS``).
+    Raises:
+        ValueError: ``judge_weight`` outside [0, 1].
+    """
+
+    def __init__(self, judge: Any, judge_weight: float = 0.5) -> None:
+        if not 0.0 <= judge_weight <= 1.0:
+            raise ValueError(f"judge_weight={judge_weight}: must be in [0, 1]. Fix: 0.5 weighs judge and F1 equally.")
+        self.judge, self.judge_weight = judge, judge_weight
+        self._verdicts: dict[tuple[str, str, str], float] = {}
+
+    def verdict(self, example: Any, pred: Any) -> float:
+        """The judge's 1.0 (CORRECT) or 0.0 for this answer (one judge call per distinct answer)."""
+        key = (str(example.question), str(example.answer), str(getattr(pred, "answer", "") or ""))
+        if key not in self._verdicts:
+            self._verdicts[key] = float(self.judge(example, dspy.Prediction(answer=key[2])))
+        return self._verdicts[key]
+
+    def parts(self, example: Any, pred: Any) -> dict[str, float]:
+        """``{"judge": 1.0 | 0.0, "f1": token F1}`` of one answer (reports print both beside the score)."""
+        f1 = token_f1(str(getattr(pred, "answer", "") or ""), str(getattr(example, "answer", "") or ""))
+        return {"judge": self.verdict(example, pred) if self.judge_weight > 0 else 0.0, "f1": f1}
+
+    def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                 pred_trace: Any = None) -> Any:
+        p = self.parts(example, pred)
+        score = self.judge_weight * p["judge"] + (1 - self.judge_weight) * p["f1"]
+        answer, gold = str(getattr(pred, "answer", "") or ""), str(getattr(example, "answer", "") or "")
+        if score >= 1.0:
+            feedback = "Correct: the judge accepts the answer and it matches the gold answer's words."
+        elif p["judge"] >= 1.0:
+            feedback = (f"The judge accepts '{answer}' for gold '{gold}', token F1 {p['f1']:.2f}: keep the facts, "
+                        "use the context's own words.")
+        else:
+            feedback = (f"Wrong (LLM judge): the gold answer is '{gold}'; the answer given was '{answer}' "
+                        f"(token F1 {p['f1']:.2f}). Find the fact in the context that answers the question and "
+                        "state it in full (who, what, when); a bare 'Yes', 'None' or a date alone is wrong when "
+                        "the gold names more.")
+        return _result(score, feedback, pred_name)
 
 
 def narrate_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,

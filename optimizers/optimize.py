@@ -140,18 +140,23 @@ def compile_program(tuner: Tuner, program: dspy.Module, trainset: list[dspy.Exam
 
 
 class DevScore(BaseModel):
-    """A program's score on a dev set: mean and normal-approximation 95% CI (``eval.metrics.mean_ci95``),
-    all in [0, 1], over ``n`` examples; ``scores`` per example in dev order."""
+    """A program's score on a dev or test set: mean and normal-approximation 95% CI (``eval.metrics.mean_ci95``),
+    all in [0, 1], over ``n`` examples; ``scores`` per example in set order; ``parts`` the metric's components
+    per example when it has them (``JudgeF1Metric.parts``: ``{"judge": [...], "f1": [...]}``)."""
 
     mean: float
     low: float
     high: float
     n: int
     scores: list[float]
+    parts: dict[str, list[float]] = Field(default_factory=dict)
 
     def cell(self) -> str:
-        """``"42.0 [30.1–53.9] (n=12)"`` (×100, as the eval tables print)."""
-        return f"{100 * self.mean:.1f} [{100 * self.low:.1f}–{100 * self.high:.1f}] (n={self.n})"
+        """``"42.0 [30.1–53.9] (n=12)"`` (×100, as the eval tables print), then the parts' means
+        (``"; judge 50.0, f1 31.2"``) when the metric has parts."""
+        head = f"{100 * self.mean:.1f} [{100 * self.low:.1f}–{100 * self.high:.1f}] (n={self.n})"
+        means = ", ".join(f"{k} {100 * sum(v) / len(v):.1f}" for k, v in self.parts.items() if v)
+        return f"{head}; {means}" if means else head
 
 
 def _score_of(value: Any) -> float:
@@ -173,5 +178,10 @@ def score_program(program: dspy.Module, devset: list[dspy.Example], metric: Metr
                              failure_score=0.0)
     result = evaluate(program)
     scores = [_score_of(s) for *_, s in result.results]
+    parts: dict[str, list[float]] = {}
+    if callable(getattr(metric, "parts", None)):  # e.g. JudgeF1Metric: judge and F1 side by side
+        for ex, pred, _ in result.results:
+            for name, value in metric.parts(ex, pred).items():
+                parts.setdefault(name, []).append(float(value))
     mean, low, high = mean_ci95(scores)
-    return DevScore(mean=mean, low=low, high=high, n=len(scores), scores=scores)
+    return DevScore(mean=mean, low=low, high=high, n=len(scores), scores=scores, parts=parts)

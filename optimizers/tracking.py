@@ -61,7 +61,8 @@ def optimize_run(settings: NemoriSettings, params: dict[str, Any], run_name: str
 def log_results(results: list[Any], out_dir: Path, seconds: float, construction: dict[str, Any]) -> dict[str, int]:
     """Log metrics, artifacts and prompt versions of finished stages into the active run.
 
-    Metric names: ``<stage>.dev.{before,after}`` (+ ``.low``/``.high``, ``.n``), ``<stage>.dev.<category>.{before,
+    Metric names: ``<stage>.{dev,test}.{before,after}`` (+ ``.low``/``.high``, ``.n``, and ``.judge``/``.f1``
+    for the answer stage's parts), ``<stage>.test.diff`` (+ ``.low``/``.high``: paired after − before), ``<stage>.dev.<category>.{before,
     after}``, ``<stage>.cost.<ledger stage>.<field>``, ``seconds``. Returns ``{predictor: prompt version}``
     for the predictors whose instruction or demos the optimization changed.
     """
@@ -72,10 +73,20 @@ def log_results(results: list[Any], out_dir: Path, seconds: float, construction:
                                  "construction.calls": float(sum(u.calls for u in construction.values()))}
     for r in results:
         key = r.stage.replace("+", "_")
-        for when, score in (("before", r.before), ("after", r.after)):
-            metrics.update({f"{key}.dev.{when}": score.mean, f"{key}.dev.{when}.low": score.low,
-                            f"{key}.dev.{when}.high": score.high})
+        for split, when, score in (("dev", "before", r.before), ("dev", "after", r.after),
+                                   ("test", "before", r.test_before), ("test", "after", r.test_after)):
+            if score is None:
+                continue
+            metrics.update({f"{key}.{split}.{when}": score.mean, f"{key}.{split}.{when}.low": score.low,
+                            f"{key}.{split}.{when}.high": score.high})
+            metrics.update({f"{key}.{split}.{when}.{part}": sum(v) / len(v) for part, v in score.parts.items() if v})
         metrics[f"{key}.dev.n"], metrics[f"{key}.train.n"] = float(r.n_dev), float(r.n_train)
+        if r.test_before is not None:
+            metrics[f"{key}.test.n"] = float(r.n_test)
+            paired = r.paired("test")
+            if paired:
+                metrics.update({f"{key}.test.diff": paired["diff"], f"{key}.test.diff.low": paired["low"],
+                                f"{key}.test.diff.high": paired["high"]})
         for cat, c in r.by_category.items():
             metrics[f"{key}.dev.{cat}.before"], metrics[f"{key}.dev.{cat}.after"] = c["before"], c["after"]
         for stage, usage in r.cost.items():

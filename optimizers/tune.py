@@ -1,10 +1,14 @@
-"""``nemori-dspy optimize``: tune one or more stages against a LoCoMo slice, held-out dev before/after.
+"""``nemori-dspy optimize``: tune one or more stages against a LoCoMo slice: train, dev and test conversations.
 
-Flow (``run_optimize``): build (or reuse) the slice's memory for the train and dev conversations with the
+Flow (``run_optimize``): build (or reuse) the slice's memory for the train, dev and test conversations with the
 program as it is, recording every stage call beside it (``recording.py``) → per stage, in pipeline order:
-examples from the records (construction stages) or from retrieval (``answer``), split by conversation →
-dev score before → compile on train → dev score after → the tuned stage is written into the pipeline →
-``program.json`` + ``result.json`` in the run folder, and one MLflow run.
+refuse a construction stage the train build never called → examples from the records (construction stages) or
+from retrieval (``answer``), split by conversation → dev and test scored before → compile on train, the
+optimizer selecting on dev (MIPROv2's and GEPA's ``valset``) → dev and test scored after → the tuned stage is
+written into the pipeline → ``program.json`` + ``result.json`` in the run folder, and one MLflow run.
+
+Dev chose the program, so its after-score is optimistic; test (conversations no optimizer step saw) is the
+held-out estimate, paired before/after over the same examples on the same memory.
 
 Construction stages tuned after another one see records of the memory built *before* tuning (a trial
 re-runs one stage call; rebuilding memory per trial is the end-to-end mode's job).
@@ -36,7 +40,7 @@ from nemori_dspy.recording import StageRecord, read_records
 from nemori_dspy.usage import Usage, UsageLedger
 
 __all__ = ["TUNABLE_STAGES", "OptimizeOptions", "StageResult", "parse_stages", "stage_program", "stage_examples",
-           "run_optimize", "program_changes", "REFLECTION_STAGE"]
+           "run_optimize", "program_changes", "REFLECTION_STAGE", "check_stage_ran", "RECORDED_AS"]
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +104,56 @@ def stage_program(stage: str, pipeline: Any) -> StageProgram:
     raise ConfigError(f"unknown stage {stage!r}. Fix: choose from {', '.join(TUNABLE_STAGES)}.")
 
 
-def stage_metric(stage: str) -> Callable[..., Any]:
-    """The stage's metric (``optimizers.metrics.STAGE_METRICS``)."""
+def stage_metric(stage: str, answer_metric: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The stage's metric (``optimizers.metrics.STAGE_METRICS``); ``answer_metric`` replaces P_ans's token F1
+    (``JudgeF1Metric``: judge and F1 together, what ``optimize --stage answer`` uses by default)."""
+    if stage == "answer" and answer_metric is not None:
+        return answer_metric
     return STAGE_METRICS["distill" if "distill" in stage or stage == "anticipate" else stage]
+
+
+#: tunable stage → the recorded stage calls it needs on the train build (``recording.StageRecord.stage``).
+RECORDED_AS = {"narrate": ("narrate",), "anticipate": ("anticipate",), "distill": ("distill",),
+               "anticipate+distill": ("anticipate", "distill"), "consolidate": ("consolidate", "consolidate_batch")}
+#: why the pipeline may skip a stage, and the setting that decides it.
+_WHY_SKIPPED = {
+    "narrate": "every episode is narrated unless NEMORI_NARRATION_MODE=batched runs narrate_batch instead",
+    "anticipate": "P_ant runs only for an episode whose cue evokes facts already in semantic memory unless "
+                  "NEMORI_ANTICIPATE_WITHOUT_FACTS=true",
+    "distill": "P_dis runs once per episode unless NEMORI_DISTILLATION=direct or semantic memory is off",
+    "consolidate": "P_con runs only when a new fact's nearest entries clear NEMORI_CONSOLIDATION_MIN_SIMILARITY "
+                   "(and NEMORI_CONSOLIDATION=true)",
+}
+
+
+def check_stage_ran(stage: str, records: list[StageRecord], train_ids: list[str]) -> dict[str, int]:
+    """Refuse to tune a construction stage the train build never called (a tuned prompt that never runs
+    changes nothing, and its examples would be empty or invented).
+
+    Returns:
+        ``{recorded stage: calls on the train conversations}`` for the stages ``stage`` needs.
+    Raises:
+        ConfigError: one of them has no recorded call on the train conversations (names the reason and fix).
+    """
+    needed = RECORDED_AS.get(stage)
+    if not needed:
+        return {}
+    train = set(train_ids)
+    calls = {name: sum(1 for r in records if r.stage == name and r.meta.get("user_id") in train) for name in needed}
+    if stage == "consolidate":  # either predictor counts: the batched one replaces the per-insight one
+        if sum(calls.values()):
+            return calls
+        missing = ["consolidate"]
+    else:
+        missing = [name for name, n in calls.items() if n == 0]
+    if missing:
+        why = "; ".join(_WHY_SKIPPED[m] for m in missing)
+        raise ConfigError(f"stage {stage!r}: building the train conversations ({', '.join(train_ids)}) recorded "
+                          f"no {'/'.join(missing)} call, so there is nothing to tune it on and a tuned prompt "
+                          f"would not change what they store. Why: {why}. Fix: pick train conversations (or "
+                          f"--sessions) where the stage runs (eval locomo prints a Stage-activity table), or "
+                          f"change that setting for both tuning and running.")
+    return calls
 
 
 def stage_examples(stage: str, memory: Memory, records: list[StageRecord],
@@ -140,6 +191,8 @@ class OptimizeOptions:
     train: list[LoCoMoConversation]
     dev: list[LoCoMoConversation]
     out_dir: Path
+    test: list[LoCoMoConversation] = field(default_factory=list)  # scored before/after only, never selected on
+    answer_metric: Callable[..., Any] | None = None  # P_ans metric (``JudgeF1Metric``); None = token F1
     budget: Budget = field(default_factory=Budget)
     reflection_lm: dspy.BaseLM | None = None
     progress: bool = True
@@ -149,7 +202,12 @@ class OptimizeOptions:
 
 @dataclass
 class StageResult:
-    """One tuned stage: sizes, dev scores before/after, what changed, cost of optimizing, wall seconds."""
+    """One tuned stage: sizes, dev (and test) scores before/after, what changed, cost of optimizing, wall seconds.
+
+    ``by_category`` splits the test scores (the dev scores without a test set) by LoCoMo category.
+    ``test_before`` / ``test_after`` are None when the run had no ``--test`` conversations (or the stage has no
+    test examples: ``consolidate``'s cases are hand-written, train and dev only).
+    """
 
     stage: str
     n_train: int
@@ -160,20 +218,46 @@ class StageResult:
     cost: dict[str, dict[str, Any]]
     seconds: float
     by_category: dict[str, dict[str, float]] = field(default_factory=dict)
+    test_before: DevScore | None = None
+    test_after: DevScore | None = None
+    calls_on_train: dict[str, int] = field(default_factory=dict)
 
-    def paired(self) -> dict[str, Any] | None:
-        """After vs before on the same dev examples (``eval.metrics.paired_compare``: mean difference after −
-        before with its paired bootstrap 95% CI; wins/losses and exact McNemar p when the scores are 0/1); None
-        when the per-example scores do not pair (different lengths, none)."""
+    @property
+    def n_test(self) -> int:
+        """Test examples scored (0 without a test set)."""
+        return self.test_before.n if self.test_before else 0
+
+    def paired(self, split: str = "dev") -> dict[str, Any] | None:
+        """After vs before on the same ``split`` ("dev" or "test") examples (``eval.metrics.paired_compare``:
+        mean difference after − before with its paired bootstrap 95% CI; wins/losses and exact McNemar p when the
+        scores are 0/1); None when the per-example scores do not pair (different lengths, none)."""
         from nemori_dspy.eval.metrics import paired_compare
 
-        a, b = self.before.scores, self.after.scores
+        before, after = (self.before, self.after) if split == "dev" else (self.test_before, self.test_after)
+        if before is None or after is None:
+            return None
+        a, b = before.scores, after.scores
         return paired_compare(a, b) if a and len(a) == len(b) else None
 
+    def paired_parts(self, split: str = "dev") -> dict[str, dict[str, Any]]:
+        """``paired`` per metric part (``{"judge": ..., "f1": ...}`` for the answer stage), same examples."""
+        from nemori_dspy.eval.metrics import paired_compare
+
+        before, after = (self.before, self.after) if split == "dev" else (self.test_before, self.test_after)
+        if before is None or after is None:
+            return {}
+        return {k: paired_compare(v, after.parts[k]) for k, v in before.parts.items()
+                if v and len(v) == len(after.parts.get(k, []))}
+
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "n_train": self.n_train, "n_dev": self.n_dev, "before": self.before.model_dump(),
-                "after": self.after.model_dump(), "changes": self.changes, "cost": self.cost,
-                "seconds": round(self.seconds, 1), "by_category": self.by_category, "paired": self.paired()}
+        return {"stage": self.stage, "n_train": self.n_train, "n_dev": self.n_dev, "n_test": self.n_test,
+                "before": self.before.model_dump(), "after": self.after.model_dump(),
+                "test_before": self.test_before.model_dump() if self.test_before else None,
+                "test_after": self.test_after.model_dump() if self.test_after else None,
+                "changes": self.changes, "cost": self.cost, "seconds": round(self.seconds, 1),
+                "by_category": self.by_category, "paired": self.paired(), "paired_test": self.paired("test"),
+                "paired_parts": self.paired_parts(), "paired_parts_test": self.paired_parts("test"),
+                "calls_on_train": self.calls_on_train}
 
 
 def _categories(dev: list[dspy.Example], before: DevScore, after: DevScore) -> dict[str, dict[str, float]]:
@@ -219,42 +303,54 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
 def _optimize_stage(stage: str, memory: Memory, records_path: Path, opts: OptimizeOptions,
                     spent: UsageLedger) -> StageResult:
     t0 = time.perf_counter()
-    if opts.metric == "end-to-end":
-        train, dev = _e2e_examples(opts.train), _e2e_examples(opts.dev)
-        metric: Callable[..., Any] = end_to_end_metric
-        program: StageProgram = EndToEndProgram(
-            memory.pipeline, tuple(stage.split("+")), {c.sample_id: c for c in [*opts.train, *opts.dev]},
-            memory.embedder, memory.settings)
-    else:
-        if stage == "consolidate":
-            train, dev = consolidate_examples("a"), consolidate_examples("b")
-        else:
-            records = read_records(records_path) if stage != "answer" else []
-            train = stage_examples(stage, memory, records, opts.train)
-            dev = stage_examples(stage, memory, records, opts.dev)
-        metric, program = stage_metric(stage), stage_program(stage, memory.pipeline)
+    records = read_records(records_path) if stage not in ("answer", "partition") else []
+    calls = check_stage_ran(stage, records, [c.sample_id for c in opts.train])
+    program, metric, (train, dev, test) = _program_metric_examples(stage, memory, records, opts)
     if opts.max_train and len(train) > opts.max_train:
         train = random.Random(opts.budget.seed).sample(train, opts.max_train)
     if not train or not dev:
         raise ConfigError(f"stage {stage!r}: {len(train)} train / {len(dev)} dev examples. Fix: widen --sessions or "
                           "pick conversations whose questions' evidence lies in the slice.")
+    if opts.test and not test:
+        _say(opts, f"[{stage}] no test examples (" + ("its cases are hand-written: train and dev only"
+                                                      if stage == "consolidate" else "no labelled example in the "
+                                                      "test conversations") + "); test is not scored")
     state0 = program.dump_state()
-    _say(opts, f"[{stage}] {len(train)} train / {len(dev)} dev examples; scoring dev before tuning …")
+    _say(opts, f"[{stage}] {len(train)} train / {len(dev)} dev / {len(test)} test examples; scoring before tuning …")
     before = score_program(program, dev, metric, opts.budget.num_threads)
-    _say(opts, f"[{stage}] dev before: {before.cell()}; compiling with {opts.optimizer} …")
+    test_before = score_program(program, test, metric, opts.budget.num_threads) if test else None
+    _say(opts, f"[{stage}] dev before: {before.cell()}" + (f"; test before: {test_before.cell()}" if test_before
+                                                           else "") + f"; compiling with {opts.optimizer} …")
     _checkpoint(opts.out_dir, stage, {"stage": stage, "before": before.model_dump(), "status": "compiling"})
     tuner = make_optimizer(opts.optimizer, metric, opts.budget, prompt_model=opts.reflection_lm,
                            **({"log_dir": str(opts.out_dir / f"gepa-{stage}")} if opts.optimizer == "gepa" else {}))
-    compiled = tuner.compile(program, train, valset=train)
+    compiled = tuner.compile(program, train, valset=dev)  # MIPROv2 / GEPA select on dev; test stays unseen
     after = score_program(compiled, dev, metric, opts.budget.num_threads)
-    _say(opts, f"[{stage}] dev after:  {after.cell()}")
+    test_after = score_program(compiled, test, metric, opts.budget.num_threads) if test else None
+    _say(opts, f"[{stage}] dev after:  {after.cell()}" + (f"; test after: {test_after.cell()}" if test_after else ""))
     compiled.apply_to(memory.pipeline)
     result = StageResult(stage=stage, n_train=len(train), n_dev=len(dev), before=before, after=after,
                          changes=program_changes(state0, compiled.dump_state()),
                          cost=_usage_delta({}, spent.snapshot()), seconds=time.perf_counter() - t0,
-                         by_category=_categories(dev, before, after))
+                         by_category=_categories(test or dev, test_before or before, test_after or after),
+                         test_before=test_before, test_after=test_after, calls_on_train=calls)
     _checkpoint(opts.out_dir, stage, {**result.to_dict(), "status": "done"})
     return result
+
+
+def _program_metric_examples(stage: str, memory: Memory, records: list[StageRecord], opts: OptimizeOptions
+                             ) -> tuple[StageProgram, Callable[..., Any], tuple[list, list, list]]:
+    """(program, metric, (train, dev, test examples)) of one stage in the run's metric mode."""
+    if opts.metric == "end-to-end":
+        program: StageProgram = EndToEndProgram(
+            memory.pipeline, tuple(stage.split("+")), {c.sample_id: c for c in [*opts.train, *opts.dev, *opts.test]},
+            memory.embedder, memory.settings)
+        return program, end_to_end_metric, tuple(_e2e_examples(x) for x in (opts.train, opts.dev, opts.test))
+    if stage == "consolidate":
+        splits: tuple[list, list, list] = (consolidate_examples("a"), consolidate_examples("b"), [])
+    else:
+        splits = tuple(stage_examples(stage, memory, records, x) if x else [] for x in (opts.train, opts.dev, opts.test))
+    return stage_program(stage, memory.pipeline), stage_metric(stage, opts.answer_metric), splits
 
 
 def _e2e_examples(conversations: list[LoCoMoConversation]) -> list[dspy.Example]:
@@ -277,9 +373,10 @@ def run_optimize(memory: Memory, records_path: Path, opts: OptimizeOptions) -> l
     ``program.json`` (the whole pipeline state, tuned stages included) and ``result.json`` in ``opts.out_dir``.
 
     Raises:
-        ConfigError: train and dev share a conversation, or a stage has no examples.
+        ConfigError: train, dev and test share a conversation, a construction stage has no recorded call on
+            train (``check_stage_ran``), or a stage has no examples.
     """
-    check_split([c.sample_id for c in opts.train], [c.sample_id for c in opts.dev])
+    check_split([c.sample_id for c in opts.train], [c.sample_id for c in opts.dev], [c.sample_id for c in opts.test])
     results = []
     for stage in opts.stages:
         results.append(optimize_stage(stage, memory, records_path, opts))

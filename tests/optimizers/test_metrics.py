@@ -76,3 +76,26 @@ def test_answer_metric_is_token_f1_with_feedback():
     assert answer_metric(ex, dspy.Prediction(answer="Lisbon")) == pytest.approx(2 / 3)
     fb = answer_metric(ex, dspy.Prediction(answer="Porto"), None, "answer.predict", None)
     assert fb.score == 0.0 and "'Lisbon, Portugal'" in fb.feedback
+
+
+def test_judge_f1_metric_weighs_the_verdict_and_f1_and_asks_the_judge_once_per_answer():
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import JudgeF1Metric
+
+    asked = []
+
+    def judge(example, pred):
+        asked.append(pred.answer)
+        return 1.0 if "teammates" in pred.answer else 0.0
+
+    metric = JudgeF1Metric(judge, 0.5)
+    ex = dspy.Example(question="Who does he play with?", answer="teammates on his video game team")
+    terse, full = dspy.Prediction(answer="Yes"), dspy.Prediction(answer="his teammates on the video game team")
+    assert metric(ex, terse) == 0.0  # F1 0, judge WRONG
+    assert metric(ex, full) == pytest.approx(0.5 + 0.5 * metric.parts(ex, full)["f1"])
+    assert metric.parts(ex, full)["judge"] == 1.0 and asked == ["Yes", "his teammates on the video game team"]
+    fb = metric(ex, terse, pred_name="answer.predict")
+    assert fb.score == 0.0 and "Wrong (LLM judge)" in fb.feedback and "teammates on his video game team" in fb.feedback
+    with pytest.raises(ValueError, match="judge_weight"):
+        JudgeF1Metric(judge, 1.5)

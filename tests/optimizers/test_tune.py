@@ -273,3 +273,113 @@ def test_budget_flags_an_optimizer_ignores_are_reported(tmp_path, scripted_runti
     out = capsys.readouterr().out
     assert "note: --max-metric-calls has no effect with --optimizer labeled" in out
     assert "held-out check: nemori-dspy eval locomo --data" in out and "--sessions 1-2 --conversations conv-b" in out
+
+
+# ---------------------------------------------------------------- test split, stage activity, answer metric
+
+def test_optimize_scores_test_before_and_after_and_points_the_eval_at_it(tmp_path, scripted_runtime, capsys):
+    assert main(["optimize", "--data", str(DATA), "--sessions", "1-2", "--train", "conv-a", "--dev", "conv-b",
+                 "--test", "conv-c", "--embedder", "hashing-64", "--window-size", "6", "--out", str(tmp_path / "opt"),
+                 "--stage", "narrate", "--optimizer", "labeled", "--max-demos", "2", "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "test conv-c" in out and "test (conversations no optimizer step saw)" in out
+    assert "dev (the optimizer selected on it: optimistic)" in out
+    assert "--conversations conv-c --program" in out  # the held-out check runs on test, not on dev
+    result = json.loads((tmp_path / "opt/result.json").read_text())[0]
+    assert result["n_test"] > 0 and result["test_before"]["n"] == result["test_after"]["n"] == result["n_test"]
+    assert result["paired_test"]["n"] == result["n_test"]
+    assert result["calls_on_train"] == {"narrate": result["calls_on_train"]["narrate"]}
+    assert result["calls_on_train"]["narrate"] > 0
+
+
+def test_optimize_without_test_says_dev_is_not_held_out(tmp_path, scripted_runtime, capsys):
+    assert _optimize(tmp_path, "--stage", "narrate", "--optimizer", "labeled", "--no-mlflow") == 0
+    assert "note: no --test conversations" in capsys.readouterr().out
+
+
+def test_mipro_and_gepa_select_on_dev_not_on_train(monkeypatch, tmp_path, scripted_runtime):
+    from nemori_dspy.optimizers import optimize
+
+    seen = {}
+
+    def compile_(self, student, trainset, valset=None):
+        seen.update(train={ex.sample_id for ex in trainset}, val={ex.sample_id for ex in valset})
+        return student
+
+    monkeypatch.setattr(optimize.Tuner, "compile", compile_)
+    assert main(["optimize", "--data", str(DATA), "--sessions", "1-2", "--train", "conv-a", "--dev", "conv-b",
+                 "--test", "conv-c", "--embedder", "hashing-64", "--window-size", "6", "--out", str(tmp_path / "o2"),
+                 "--stage", "narrate", "--optimizer", "labeled", "--no-mlflow"]) == 0
+    assert seen == {"train": {"conv-a"}, "val": {"conv-b"}}
+
+
+@pytest.mark.parametrize("train,dev,test,flags", [(["a"], ["b"], ["b"], "--dev and --test"),
+                                                   (["a"], ["b"], ["a"], "--train and --test")])
+def test_split_refuses_a_conversation_in_two_splits(train, dev, test, flags):
+    from nemori_dspy.optimizers.datasets import check_split
+
+    with pytest.raises(ConfigError, match=flags):
+        check_split(train, dev, test)
+
+
+def test_split_names_the_slice_when_it_leaves_no_train():
+    from nemori_dspy.optimizers.datasets import check_split
+
+    with pytest.raises(ConfigError, match="--slice memory leaves no train conversation.*--train"):
+        check_split([], ["conv-49"], slice_name="memory")
+
+
+def _rec(stage, user):
+    from nemori_dspy.recording import StageRecord
+
+    return StageRecord(stage=stage, inputs={}, outputs={}, meta={"user_id": user})
+
+
+def test_a_stage_the_train_build_never_called_is_refused_with_the_reason():
+    from nemori_dspy.optimizers.tune import check_stage_ran
+
+    records = [_rec("narrate", "conv-a"), _rec("distill", "conv-a"), _rec("anticipate", "conv-b")]
+    assert check_stage_ran("distill", records, ["conv-a"]) == {"distill": 1}
+    with pytest.raises(ConfigError, match="no anticipate call.*ANTICIPATE_WITHOUT_FACTS"):
+        check_stage_ran("anticipate", records, ["conv-a"])  # conv-b's call is not on train
+    with pytest.raises(ConfigError, match="no anticipate call"):
+        check_stage_ran("anticipate+distill", records, ["conv-a"])
+    with pytest.raises(ConfigError, match="no consolidate call.*CONSOLIDATION_MIN_SIMILARITY"):
+        check_stage_ran("consolidate", records, ["conv-a"])
+    assert check_stage_ran("consolidate", [_rec("consolidate_batch", "conv-a")], ["conv-a"]) == \
+        {"consolidate": 0, "consolidate_batch": 1}
+    assert check_stage_ran("answer", [], ["conv-a"]) == {}  # answers come from retrieval, not records
+
+
+def test_optimize_refuses_consolidate_when_the_train_build_made_no_call(tmp_path, scripted_runtime, capsys,
+                                                                      monkeypatch):
+    assert _optimize(tmp_path, "--stage", "consolidate", "--optimizer", "labeled", "--no-mlflow") == 0
+    assert "recorded calls on train: {'consolidate'" in capsys.readouterr().out  # the default build calls P_con
+    # no fact clears a similarity floor above 1, so P_con is never called
+    monkeypatch.setenv("NEMORI_CONSOLIDATION_MIN_SIMILARITY", "1.0")
+    assert main(["optimize", "--data", str(DATA), "--sessions", "1-2", "--train", "conv-a,conv-c", "--dev", "conv-b",
+                 "--embedder", "hashing-64", "--window-size", "6", "--out", str(tmp_path / "o2"), "--no-mlflow",
+                 "--stage", "consolidate", "--optimizer", "labeled"]) == 2
+    assert "recorded no consolidate call" in capsys.readouterr().err
+
+
+def test_answer_stage_is_tuned_on_judge_and_f1_after_a_judge_audit(tmp_path, scripted_runtime, capsys):
+    assert main(["optimize", "--data", str(DATA), "--sessions", "1-2", "--train", "conv-a", "--dev", "conv-b",
+                 "--test", "conv-c", "--embedder", "hashing-64", "--window-size", "6", "--out", str(tmp_path / "opt"),
+                 "--stage", "answer", "--optimizer", "labeled", "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "answer metric judge+f1" in out and "judge audit on" in out and "gold → CORRECT" in out
+    assert "paired judge:" in out and "paired f1:" in out
+    result = json.loads((tmp_path / "opt/result.json").read_text())[0]
+    for key in ("before", "after", "test_before", "test_after"):
+        parts = result[key]["parts"]
+        assert set(parts) == {"judge", "f1"} and len(parts["judge"]) == result[key]["n"]
+        assert [0.5 * j + 0.5 * f for j, f in zip(parts["judge"], parts["f1"])] == pytest.approx(result[key]["scores"])
+
+
+def test_a_judge_that_passes_wrong_answers_is_refused(tmp_path, scripted_runtime, capsys):
+    scripted_runtime.responders["JudgeAnswer"] = lambda i: chat_reply(reasoning="fine", label="CORRECT")
+    assert _optimize(tmp_path, "--stage", "answer", "--optimizer", "labeled", "--no-mlflow") == 2
+    assert "labelled only 0% of the audit's wrong answers WRONG" in capsys.readouterr().err
+    assert _optimize(tmp_path, "--stage", "answer", "--optimizer", "labeled", "--no-mlflow",
+                     "--answer-metric", "f1") == 0  # token F1 alone is the user's explicit choice
