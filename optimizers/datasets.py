@@ -23,7 +23,7 @@ from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoM
 from nemori_dspy.eval.metrics import _norm_id
 from nemori_dspy.recording import StageRecord
 
-__all__ = ["questions_for", "narrate_examples", "distill_examples", "consolidate_examples", "check_split",
+__all__ = ["questions_for", "observations_for", "narrate_examples", "distill_examples", "consolidate_examples", "check_split",
            "CONSOLIDATION_CASES"]
 
 
@@ -40,10 +40,22 @@ def _by_user(conversations: Iterable[LoCoMoConversation]) -> dict[str, LoCoMoCon
     return {c.sample_id: c for c in conversations}
 
 
+def observations_for(conv: LoCoMoConversation, message_ids: Iterable[str]) -> list[str]:
+    """Texts of ``conv``'s gold observations (LoCoMo ``observation``) resting on at least one of ``message_ids``
+    (canonical ``D<s>:<t>`` ids), in file order; [] for a file without observations."""
+    ids = {_norm_id(m) for m in message_ids}
+    return [o.text for o in conv.observations if any(_norm_id(d) in ids for d in o.dia_ids)]
+
+
 def _labels(conv: LoCoMoConversation, message_ids: list[str]) -> dict:
     qs = questions_for(conv, message_ids)
     return {"gold_answers": [q.answer for q in qs], "questions": [q.question for q in qs],
-            "sample_id": conv.sample_id}
+            "observations": observations_for(conv, message_ids), "sample_id": conv.sample_id}
+
+
+def _labelled(labels: dict) -> bool:
+    """An example the metrics can score: a question's evidence or a gold observation lies in it."""
+    return bool(labels["gold_answers"] or labels["observations"])
 
 
 def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoConversation],
@@ -52,8 +64,9 @@ def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
 
     Returns:
         Examples with input ``messages`` (exactly the text the stage saw) and labels ``gold_answers``,
-        ``questions``, ``sample_id``, ``recorded`` (the narrative that was written). With ``labelled_only``,
-        calls whose episode holds no question's evidence are left out (they give the metric nothing to count).
+        ``questions``, ``observations`` (gold observation texts of its turns), ``sample_id``, ``recorded`` (the
+        narrative that was written). With ``labelled_only``, calls whose episode holds neither a question's
+        evidence nor a gold observation are left out (they give the metric nothing to count).
     """
     convs = _by_user(conversations)
     out = []
@@ -62,7 +75,7 @@ def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
         if rec.stage != "narrate" or conv is None:
             continue
         labels = _labels(conv, rec.meta.get("message_ids", []))
-        if labelled_only and not labels["gold_answers"]:
+        if labelled_only and not _labelled(labels):
             continue
         out.append(dspy.Example(messages=rec.inputs["messages"], recorded=rec.outputs.get("narrative", ""),
                                 **labels).with_inputs("messages"))
@@ -76,8 +89,8 @@ def distill_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
 
     Returns:
         Examples with inputs ``episode_cue``, ``known_facts``, ``episode_messages``, ``predicted_episode`` and
-        labels ``gold_answers``, ``questions``, ``known_before`` (entries nearest the episode before its
-        distillation), ``sample_id``.
+        labels ``gold_answers``, ``questions``, ``observations``, ``known_before`` (entries nearest the episode
+        before its distillation), ``sample_id``.
     """
     convs = _by_user(conversations)
     anticipated: dict[tuple[str, str], StageRecord] = {}
@@ -95,7 +108,7 @@ def distill_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
         if cue is None:
             continue
         labels = _labels(conv, rec.meta.get("message_ids", []))
-        if labelled_only and not labels["gold_answers"]:
+        if labelled_only and not _labelled(labels):
             continue
         out.append(dspy.Example(episode_cue=cue, known_facts=ant.inputs.get("known_facts", []) if ant else [],
                                 episode_messages=rec.inputs["episode_messages"],

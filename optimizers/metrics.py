@@ -43,7 +43,7 @@ from nemori_dspy.temporal import RELATIVE_DATE_PATTERN as _RELATIVE
 
 __all__ = [
     "extract_dates", "content_tokens", "answer_coverage", "coverage_report", "length_penalty",
-    "unresolved_relative_dates", "restatements", "answer_metric", "JudgeF1Metric", "ANSWER_METRICS", "narrate_metric", "distill_metric",
+    "unresolved_relative_dates", "restatements", "answer_metric", "JudgeF1Metric", "ANSWER_METRICS", "ObservationMetric", "narrate_metric", "distill_metric",
     "consolidate_metric", "end_to_end_metric", "STAGE_METRICS", "LENGTH_FREE_RATIO", "LENGTH_WEIGHT", "RELATIVE_DATE_PENALTY",
     "RESTATEMENT_PENALTY", "RESTATEMENT_JACCARD",
 ]
@@ -320,6 +320,115 @@ def distill_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | 
         notes.append(f"The insights are {ratio:.0%} as long as the messages (penalty {pen:.2f}): one short "
                      "fact per insight, no copying.")
     return _result(score, " ".join(notes), pred_name)
+
+
+class ObservationMetric:
+    """P_nar or P_ant + P_dis scored against LoCoMo's gold ``observation`` annotations of the episode's turns
+    (the memory issue's measure of what memory holds), in [0, 1]; examples without observations fall back to
+    ``narrate_metric`` / ``distill_metric`` (answer coverage).
+
+    * ``narrate``: 0.5 × coverage (share of the episode's gold observations that a narrative sentence, or two
+      consecutive ones, states) + 0.5 × faithfulness (share of narrative sentences a message or two consecutive
+      messages state) − length penalty over *every* output field (cue + narrative, ``length_penalty``). A
+      narrative or cue that echoes an instruction or field description (``junk.junk_reason``) or is a copied chat
+      line (``insight_rules.is_chat_line``) scores 0: the pipeline would not store it.
+    * ``distill``: 0.5 × recall of the gold observations memory did *not* already hold (none of ``known_before``
+      states them: prediction error, §3.3.2) + 0.5 × support (share of insights a message window states) −
+      0.1 per insight restating a known entry − length penalty. An episode whose observations memory already
+      held rewards saying nothing new (recall 1 with no insight, 0.5 with some).
+
+    "States" is ``eval.memory_quality.FactMatcher`` (the memory's own embedder), as in the Memory table.
+    GEPA feedback names the observations missed, the sentences or insights no message supports, echoes,
+    copies and restatements.
+
+    Args:
+        matcher: a ``FactMatcher``.
+        stage: "narrate" or "distill" (``anticipate`` and ``anticipate+distill`` use "distill").
+    Raises:
+        ValueError: another stage.
+    """
+
+    def __init__(self, matcher: Any, stage: str) -> None:
+        if stage not in ("narrate", "distill"):
+            raise ValueError(f"ObservationMetric stage {stage!r}: must be 'narrate' or 'distill'.")
+        self.matcher, self.stage = matcher, stage
+
+    def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                 pred_trace: Any = None) -> Any:
+        golds = [str(g) for g in (getattr(example, "observations", None) or [])]
+        if not golds:
+            fallback = narrate_metric if self.stage == "narrate" else distill_metric
+            return fallback(example, pred, trace, pred_name, pred_trace)
+        score, notes = (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)
+        return _result(score, " ".join(notes), pred_name)
+
+    def _windows(self, messages: str) -> tuple[list[str], set[str]]:
+        from nemori_dspy.insight_rules import message_lines
+
+        pairs = message_lines(messages)
+        lines = [f"{who}: {text}" for who, text in pairs]
+        return lines + [f"{a} {b}" for a, b in zip(lines, lines[1:])], {who for who, _ in pairs}
+
+    def _stated(self, texts: list[str], candidates: list[str]) -> list[bool]:
+        if not texts or not candidates:
+            return [False] * len(texts)
+        return [bool(x) for x in self.matcher.match_matrix(texts, candidates).any(axis=1)]
+
+    def _narrate(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str]]:
+        from nemori_dspy.eval.memory_quality import sentences
+        from nemori_dspy.insight_rules import is_chat_line
+        from nemori_dspy.junk import junk_reason
+
+        cue, narrative = str(getattr(pred, "cue", "") or ""), str(getattr(pred, "narrative", "") or "")
+        windows, speakers = self._windows(example.messages)
+        echo = next((r for r in (junk_reason(narrative), junk_reason(cue) if cue.strip() else None) if r), None)
+        if echo or not narrative.strip() or is_chat_line(narrative, speakers):
+            why = (f"it echoes {echo}" if echo else "it is empty" if not narrative.strip() else
+                   "it copies a chat line")
+            return 0.0, [f"Score 0: the narrative is unusable ({why}). Write a third-person account of what the "
+                         "speakers said and did, with dates."]
+        sents = sentences(narrative)
+        covered = self._stated(golds, sents + [f"{a} {b}" for a, b in zip(sents, sents[1:])])
+        supported = self._stated(sents, windows)
+        coverage, faithful = sum(covered) / len(golds), (sum(supported) / len(sents) if sents else 0.0)
+        pen, ratio = length_penalty(f"{cue} {narrative}", example.messages)
+        notes = [f"Covers {sum(covered)} of {len(golds)} gold observations; {sum(supported)} of {len(sents)} "
+                 "sentences are stated by the messages."]
+        missed = [g for g, c in zip(golds, covered) if not c]
+        if missed:
+            notes.append("Missed: " + "; ".join(f"'{g}'" for g in missed[:5]) + ".")
+        unsupported = [t for t, ok in zip(sents, supported) if not ok]
+        if unsupported:
+            notes.append("Not in the messages (invented or unclear): " + "; ".join(f"'{t}'" for t in unsupported[:3]))
+        if pen:
+            notes.append(f"Cue + narrative are {ratio:.0%} as long as the messages (penalty {pen:.2f}).")
+        return 0.5 * coverage + 0.5 * faithful - pen, notes
+
+    def _distill(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str]]:
+        insights = [str(i) for i in (getattr(pred, "insights", None) or []) if str(i).strip()]
+        known = [str(k) for k in (getattr(example, "known_before", None) or [])]
+        held = self._stated(golds, known)
+        new = [g for g, h in zip(golds, held) if not h]
+        windows, _ = self._windows(example.episode_messages)
+        found = self._stated(new, insights)
+        recall = sum(found) / len(new) if new else (1.0 if not insights else 0.5)
+        supported = self._stated(insights, windows)
+        support = sum(supported) / len(insights) if insights else 1.0
+        again = [i for i, r in zip(insights, self._stated(insights, known)) if r] if known else []
+        pen, ratio = length_penalty("\n".join(insights), example.episode_messages)
+        notes = [f"{len(new)} of {len(golds)} gold observations were new to memory; the insights state "
+                 f"{sum(found)} of them; {sum(supported)} of {len(insights)} insights are stated by the messages."]
+        missed = [g for g, f in zip(new, found) if not f]
+        if missed:
+            notes.append("Missed (memory did not know them): " + "; ".join(f"'{g}'" for g in missed[:5]) + ".")
+        unsupported = [t for t, ok in zip(insights, supported) if not ok]
+        if unsupported:
+            notes.append("Not in the messages: " + "; ".join(f"'{t}'" for t in unsupported[:3]) + ".")
+        if again:
+            notes.append(f"{len(again)} insight(s) restate what memory already knew, e.g. '{again[0]}'.")
+        if pen:
+            notes.append(f"The insights are {ratio:.0%} as long as the messages (penalty {pen:.2f}).")
+        return 0.5 * recall + 0.5 * support - RESTATEMENT_PENALTY * min(5, len(again)) - pen, notes
 
 
 def consolidate_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,

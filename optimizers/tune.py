@@ -104,12 +104,21 @@ def stage_program(stage: str, pipeline: Any) -> StageProgram:
     raise ConfigError(f"unknown stage {stage!r}. Fix: choose from {', '.join(TUNABLE_STAGES)}.")
 
 
-def stage_metric(stage: str, answer_metric: Callable[..., Any] | None = None) -> Callable[..., Any]:
+def stage_metric(stage: str, answer_metric: Callable[..., Any] | None = None,
+                 embedder: Any = None) -> Callable[..., Any]:
     """The stage's metric (``optimizers.metrics.STAGE_METRICS``); ``answer_metric`` replaces P_ans's token F1
-    (``JudgeF1Metric``: judge and F1 together, what ``optimize --stage answer`` uses by default)."""
+    (``JudgeF1Metric``: judge and F1 together, what ``optimize --stage answer`` uses by default); with an
+    ``embedder``, narrate and distill are scored against LoCoMo's gold observations (``ObservationMetric``,
+    answer coverage where a conversation has none)."""
     if stage == "answer" and answer_metric is not None:
         return answer_metric
-    return STAGE_METRICS["distill" if "distill" in stage or stage == "anticipate" else stage]
+    key = "distill" if "distill" in stage or stage == "anticipate" else stage
+    if embedder is not None and key in ("narrate", "distill"):
+        from nemori_dspy.eval.memory_quality import FactMatcher
+        from nemori_dspy.optimizers.metrics import ObservationMetric
+
+        return ObservationMetric(FactMatcher(embedder), key)
+    return STAGE_METRICS[key]
 
 
 #: tunable stage → the recorded stage calls it needs on the train build (``recording.StageRecord.stage``).
@@ -350,7 +359,7 @@ def _program_metric_examples(stage: str, memory: Memory, records: list[StageReco
         splits: tuple[list, list, list] = (consolidate_examples("a"), consolidate_examples("b"), [])
     else:
         splits = tuple(stage_examples(stage, memory, records, x) if x else [] for x in (opts.train, opts.dev, opts.test))
-    return stage_program(stage, memory.pipeline), stage_metric(stage, opts.answer_metric), splits
+    return stage_program(stage, memory.pipeline), stage_metric(stage, opts.answer_metric, memory.embedder), splits
 
 
 def _e2e_examples(conversations: list[LoCoMoConversation]) -> list[dspy.Example]:

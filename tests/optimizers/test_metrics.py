@@ -99,3 +99,72 @@ def test_judge_f1_metric_weighs_the_verdict_and_f1_and_asks_the_judge_once_per_a
     assert fb.score == 0.0 and "Wrong (LLM judge)" in fb.feedback and "teammates on his video game team" in fb.feedback
     with pytest.raises(ValueError, match="judge_weight"):
         JudgeF1Metric(judge, 1.5)
+
+
+class _RecallMatcher:
+    """FactMatcher's interface with content-word recall alone (no embedder): ``[i, j]`` = candidate j holds
+    ≥ 60% of text i's content words."""
+
+    def match_matrix(self, golds, candidates):
+        import numpy as np
+
+        from nemori_dspy.eval.memory_quality import content_recall
+
+        return np.array([[content_recall(g, c) >= 0.6 for c in candidates] for g in golds], dtype=bool).reshape(
+            len(golds), len(candidates))
+
+
+_MSGS = ("[2023-04-03 09:00] Noor: I went to my first pottery class on Saturday.\n"
+         "[2023-04-03 09:01] Elias: Nice! I finished my oak workbench.\n"
+         "[2023-04-03 09:02] Noor: My teacher Ingrid is a retired chemist.")
+_OBS = ["Noor went to her first pottery class on Saturday.", "Elias finished building an oak workbench.",
+        "Noor's pottery teacher Ingrid is a retired chemist."]
+
+
+def _narr(text, cue="Noor and Elias talk"):
+    import dspy
+
+    return dspy.Prediction(cue=cue, narrative=text)
+
+
+def test_observation_metric_scores_narratives_by_gold_coverage_and_faithfulness():
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import ObservationMetric
+
+    metric = ObservationMetric(_RecallMatcher(), "narrate")
+    ex = dspy.Example(messages=_MSGS, observations=_OBS)
+    full = _narr("Noor went to her first pottery class on Saturday. Elias finished his oak workbench. "
+                 "Noor's teacher Ingrid is a retired chemist.")
+    half = _narr("Noor went to her first pottery class on Saturday. Noor adopted a parrot named Kiwi.")
+    assert metric(ex, full) > metric(ex, half) > 0
+    fb = metric(ex, half, pred_name="narrate.predict").feedback
+    assert "Covers 1 of 3" in fb and "Missed:" in fb and "parrot" in fb  # the invented sentence is named
+    # an echoed field description and a copied chat line score 0, whatever else they hold
+    from nemori_dspy.signatures import NarrateEpisode
+
+    echo = NarrateEpisode.output_fields["narrative"].json_schema_extra["desc"]  # the description, echoed back
+    assert metric(ex, _narr(echo)) == 0.0
+    assert metric(ex, _narr("Noor: I went to my first pottery class on Saturday.")) == 0.0
+    # without observations the answer-coverage metric decides
+    assert metric(dspy.Example(messages=_MSGS, gold_answers=["Ingrid"]), full) == pytest.approx(
+        __import__("nemori_dspy.optimizers.metrics", fromlist=["x"]).narrate_metric(
+            dspy.Example(messages=_MSGS, gold_answers=["Ingrid"]), full))
+
+
+def test_observation_metric_rewards_distilling_only_what_memory_missed():
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import ObservationMetric
+
+    metric = ObservationMetric(_RecallMatcher(), "distill")
+    ex = dspy.Example(episode_messages=_MSGS, observations=_OBS, known_before=[_OBS[0]])
+    new_only = dspy.Prediction(insights=[_OBS[1], _OBS[2]])
+    with_known = dspy.Prediction(insights=[_OBS[0], _OBS[1], _OBS[2]])
+    invented = dspy.Prediction(insights=[_OBS[1], "Elias owns three horses in Norway."])
+    assert metric(ex, new_only) > metric(ex, with_known)  # restating memory costs
+    assert metric(ex, new_only) > metric(ex, invented)  # unsupported and missed cost
+    fb = metric(ex, invented, pred_name="distill.predict").feedback
+    assert "2 of 3 gold observations were new" in fb and "horses" in fb and "Ingrid" in fb
+    held = dspy.Example(episode_messages=_MSGS, observations=_OBS[:1], known_before=[_OBS[0]])
+    assert metric(held, dspy.Prediction(insights=[])) == 1.0  # nothing new: saying nothing is right

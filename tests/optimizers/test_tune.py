@@ -383,3 +383,13 @@ def test_a_judge_that_passes_wrong_answers_is_refused(tmp_path, scripted_runtime
     assert "labelled only 0% of the audit's wrong answers WRONG" in capsys.readouterr().err
     assert _optimize(tmp_path, "--stage", "answer", "--optimizer", "labeled", "--no-mlflow",
                      "--answer-metric", "f1") == 0  # token F1 alone is the user's explicit choice
+
+
+def test_episode_labels_carry_the_gold_observations_of_its_turns():
+    from nemori_dspy.optimizers.datasets import observations_for
+
+    conv = load_locomo(DATA.parent / "synthetic_mini.json")[0]
+    assert observations_for(conv, ["D1:3"]) == [
+        "Noor made four lopsided bowls in her first pottery class, and one of them holds water."]
+    assert len(observations_for(conv, ["D1:13", "D1:14"])) == 1  # one observation resting on two turns
+    assert observations_for(load_locomo(DATA, ["conv-a"])[0], ["D1:1"]) == []  # a file without observations
