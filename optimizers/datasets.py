@@ -13,7 +13,10 @@ the pipeline does not already guarantee. Tune it end to end (``optimize --metric
 
 from __future__ import annotations
 
+import json
+import random
 from itertools import combinations
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import dspy
@@ -23,8 +26,8 @@ from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoM
 from nemori_dspy.eval.metrics import _norm_id
 from nemori_dspy.recording import StageRecord
 
-__all__ = ["questions_for", "observations_for", "narrate_examples", "distill_examples", "consolidate_examples", "check_split",
-           "CONSOLIDATION_CASES"]
+__all__ = ["questions_for", "observations_for", "narrate_examples", "distill_examples", "consolidate_examples",
+           "consolidation_cases", "check_split", "PAIR_ACTIONS", "CONSOLIDATION_PAIRS_PATH", "CONSOLIDATION_CASES"]
 
 
 def questions_for(conv: LoCoMoConversation, message_ids: Iterable[str],
@@ -158,18 +161,54 @@ CONSOLIDATION_CASES: list[dict] = [
 ]
 
 
+#: the hand-labelled pairs of the memory issue (one existing entry, one new insight, a ``kind``), shipped beside
+#: the tests; ``kind`` → the right P_con action (an update conflicts with the entry, a refinement merges into
+#: it, the rest are new facts).
+CONSOLIDATION_PAIRS_PATH = Path(__file__).resolve().parents[1] / "tests" / "data" / "consolidation_pairs.jsonl"
+PAIR_ACTIONS = {"update": "conflict", "refinement": "merge", "different_person": "new", "different_topic": "new",
+                "same_template": "new"}
+#: dates the cases are rendered with: existing entries before the insight, as the pipeline shows candidates.
+_EXISTING_DATES, _INSIGHT_DATE = ("2024-03-01", "2024-01-15"), "2024-06-01"
+
+
+def _pair_cases(path: Path = CONSOLIDATION_PAIRS_PATH) -> list[dict]:
+    """The labelled pairs as cases with two existing entries: the pair's own and another pair's (a distractor),
+    the pair's entry placed first or second (seeded), so targets vary; group by index: 0 → "a", 1 → "b",
+    2 → "c" (mod 3). [] when the file is missing (an installed package without the tests folder)."""
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rng, out = random.Random(0), []
+    for i, row in enumerate(rows):
+        other = rows[(i + 7) % len(rows)]["existing"]
+        first = rng.random() < 0.5
+        existing = [row["existing"], other] if first else [other, row["existing"]]
+        action = PAIR_ACTIONS[row["kind"]]
+        out.append({"group": "abc"[i % 3], "insight": row["insight"], "existing": existing, "action": action,
+                    "targets": [] if action == "new" else [1 if first else 2], "kind": row["kind"]})
+    return out
+
+
+def consolidation_cases(group: str | None = None) -> list[dict]:
+    """``CONSOLIDATION_CASES`` (groups "a", "b") plus the labelled pairs (``_pair_cases``: "a", "b", "c"):
+    "a" = train, "b" = dev, "c" = test, None = all."""
+    return [c for c in [*CONSOLIDATION_CASES, *_pair_cases()] if group is None or c["group"] == group]
+
+
 def consolidate_examples(group: str | None = None) -> list[dspy.Example]:
-    """P_con examples from ``CONSOLIDATION_CASES`` (``group`` "a" = train, "b" = dev, None = all).
+    """P_con examples from ``consolidation_cases(group)``, rendered exactly as the pipeline renders a P_con call
+    (``SemanticMemory._ask_one``: ``render_fact`` date prefixes, ``render_entries`` numbering; existing entries
+    dated before the insight).
 
     Returns:
-        Examples with inputs ``insight``, ``existing_entries`` (rendered as the pipeline renders candidates)
-        and labels ``action``, ``targets``.
+        Examples with inputs ``insight``, ``existing_entries`` and labels ``action``, ``targets`` (1-based).
     """
     from nemori_dspy.formatting import render_entries
 
-    return [dspy.Example(insight=c["insight"], existing_entries=render_entries(c["existing"]), action=c["action"],
-                         targets=c["targets"]).with_inputs("insight", "existing_entries")
-            for c in CONSOLIDATION_CASES if group is None or c["group"] == group]
+    return [dspy.Example(insight=f"({_INSIGHT_DATE}) {c['insight']}",
+                         existing_entries=render_entries([f"({d}) {t}" for d, t in zip(_EXISTING_DATES, c["existing"])]),
+                         action=c["action"], targets=c["targets"]).with_inputs("insight", "existing_entries")
+            for c in consolidation_cases(group)]
 
 
 def check_split(train_ids: Sequence[str], dev_ids: Sequence[str], test_ids: Sequence[str] = (),

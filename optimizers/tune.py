@@ -172,7 +172,7 @@ def stage_examples(stage: str, memory: Memory, records: list[StageRecord],
     if stage == "answer":
         return locomo_answer_examples(memory, conversations)
     if stage == "consolidate":
-        raise ConfigError("consolidate examples are the hand-written cases (datasets.CONSOLIDATION_CASES).")
+        raise ConfigError("consolidate examples are the labelled cases (datasets.consolidation_cases), not records.")
     if stage == "narrate":
         return narrate_examples(records, conversations)
     return distill_examples(records, conversations)
@@ -214,8 +214,8 @@ class StageResult:
     """One tuned stage: sizes, dev (and test) scores before/after, what changed, cost of optimizing, wall seconds.
 
     ``by_category`` splits the test scores (the dev scores without a test set) by LoCoMo category.
-    ``test_before`` / ``test_after`` are None when the run had no ``--test`` conversations (or the stage has no
-    test examples: ``consolidate``'s cases are hand-written, train and dev only).
+    ``test_before`` / ``test_after`` are None when the run had no ``--test`` conversations or the stage has no
+    test examples there (``consolidate``'s test is the labelled cases' group "c" whenever ``--test`` is given).
     """
 
     stage: str
@@ -321,9 +321,7 @@ def _optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimi
         raise ConfigError(f"stage {stage!r}: {len(train)} train / {len(dev)} dev examples. Fix: widen --sessions or "
                           "pick conversations whose questions' evidence lies in the slice.")
     if opts.test and not test:
-        _say(opts, f"[{stage}] no test examples (" + ("its cases are hand-written: train and dev only"
-                                                      if stage == "consolidate" else "no labelled example in the "
-                                                      "test conversations") + "); test is not scored")
+        _say(opts, f"[{stage}] no test examples (no labelled example in the test conversations); test is not scored")
     state0 = program.dump_state()
     _say(opts, f"[{stage}] {len(train)} train / {len(dev)} dev / {len(test)} test examples; scoring before tuning …")
     before = score_program(program, dev, metric, opts.budget.num_threads)
@@ -356,7 +354,8 @@ def _program_metric_examples(stage: str, memory: Memory, records: list[StageReco
             memory.embedder, memory.settings)
         return program, end_to_end_metric, tuple(_e2e_examples(x) for x in (opts.train, opts.dev, opts.test))
     if stage == "consolidate":
-        splits: tuple[list, list, list] = (consolidate_examples("a"), consolidate_examples("b"), [])
+        splits: tuple[list, list, list] = (consolidate_examples("a"), consolidate_examples("b"),
+                                           consolidate_examples("c") if opts.test else [])
     else:
         splits = tuple(stage_examples(stage, memory, records, x) if x else [] for x in (opts.train, opts.dev, opts.test))
     return stage_program(stage, memory.pipeline), stage_metric(stage, opts.answer_metric, memory.embedder), splits

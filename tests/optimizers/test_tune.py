@@ -393,3 +393,15 @@ def test_episode_labels_carry_the_gold_observations_of_its_turns():
         "Noor made four lopsided bowls in her first pottery class, and one of them holds water."]
     assert len(observations_for(conv, ["D1:13", "D1:14"])) == 1  # one observation resting on two turns
     assert observations_for(load_locomo(DATA, ["conv-a"])[0], ["D1:1"]) == []  # a file without observations
+
+
+def test_consolidate_cases_are_rendered_as_the_pipeline_renders_and_split_three_ways():
+    from nemori_dspy.optimizers.datasets import consolidate_examples
+
+    train, dev, test = (consolidate_examples(g) for g in "abc")
+    assert len(train) >= 30 and len(dev) >= 30 and len(test) >= 20
+    assert not {ex.insight for ex in train} & {ex.insight for ex in test}
+    for ex in train + dev + test:  # render_fact's date prefix on both sides, render_entries' numbering
+        assert ex.insight.startswith("(2024-06-01) ") and ex.existing_entries.startswith("[1] (2024-")
+    assert {tuple(ex.targets) for ex in dev if ex.action != "new"} == {(1,), (2,)}  # targets vary
+    assert {ex.action for ex in test} == {"new", "merge", "conflict"}
