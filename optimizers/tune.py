@@ -387,6 +387,14 @@ def run_optimize(memory: Memory, records_path: Path, opts: OptimizeOptions) -> l
     check_split([c.sample_id for c in opts.train], [c.sample_id for c in opts.dev], [c.sample_id for c in opts.test])
     results = []
     for stage in opts.stages:
+        tuned_before = [r.stage for r in results if r.stage != "answer"]
+        if tuned_before and stage != "answer" and opts.metric == "stage":
+            _say(opts, f"[{stage}] note: its examples are the records of the memory built before "
+                       f"{', '.join(tuned_before)} was tuned (a trial re-runs one stage call; --metric end-to-end "
+                       "rebuilds memory per candidate)")
+        if tuned_before and stage == "answer":
+            _say(opts, f"[answer] note: contexts come from the memory built before {', '.join(tuned_before)} was "
+                       "tuned; run eval locomo --program on the result to score the rebuilt memory")
         results.append(optimize_stage(stage, memory, records_path, opts))
         memory.pipeline.save(str(opts.out_dir / "program.json"))
     (opts.out_dir / "result.json").write_text(json.dumps([r.to_dict() for r in results], indent=1, default=str))
