@@ -53,7 +53,7 @@ from nemori_dspy.types import Episode, SemanticEntry, StoredMessage
 
 __all__ = ["PAIRS_PATH", "VALIDATED", "COSINE_STRONG", "COSINE_MIN", "RECALL_MIN", "GoldObservation", "FactMatcher",
            "FactVerdict", "NarrativeVerdict", "ConversationMemoryQuality", "MemoryAudit",
-           "MemoryQuality", "terms", "content_recall", "clash", "sentences", "gold_observations", "audit_memory", "aggregate", "memory_table", "validate",
+           "MemoryQuality", "terms", "content_recall", "clash", "sentences", "with_adjacent_pairs", "gold_observations", "audit_memory", "aggregate", "memory_table", "validate",
            "load_pairs", "memory_report", "record_memory", "memory_summary_text", "memory_metrics", "main"]
 
 #: the matcher's validation set (hand-labelled; synthetic people and facts).
@@ -364,10 +364,15 @@ def _render(m: StoredMessage) -> str:
     return f"{m.speaker} ({when:%B %Y}): {content}"
 
 
+def with_adjacent_pairs(texts: Sequence[str]) -> list[str]:
+    """``texts`` followed by every two consecutive ones joined by a space (``len`` 2n − 1 for n ≥ 1): what a gold
+    observation or a sentence may be stated by."""
+    return [*texts, *(f"{a} {b}" for a, b in zip(texts, texts[1:]))]
+
+
 def _windows(messages: Sequence[StoredMessage]) -> list[str]:
     """Every message, and every two consecutive ones joined: what a fact or sentence may rest on."""
-    lines = [_render(m) for m in messages]
-    return lines + [f"{a} {b}" for a, b in zip(lines, lines[1:])]
+    return with_adjacent_pairs([_render(m) for m in messages])
 
 
 def sentences(text: str) -> list[str]:
@@ -411,7 +416,7 @@ def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
         windows = _windows(ep.messages)
         supported = matcher.match_matrix(sents, windows).any(axis=1) if sents and windows else np.zeros(len(sents))
         located = [i for i, g in enumerate(golds) if any(where.get(d) == ep.id for d in g.dia_ids)]
-        candidates = sents + [f"{a} {b}" for a, b in zip(sents, sents[1:])]
+        candidates = with_adjacent_pairs(sents)
         hits = matcher.match_matrix([golds[i].text for i in located], candidates) if candidates else None
         covered = [i for k, i in enumerate(located) if hits is not None and hits[k].any()]
         out.append(NarrativeVerdict(

@@ -15,7 +15,10 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nemori_dspy.optimizers.tune import StageResult
 
 __all__ = ["optimize_command", "print_results", "ignored_budget_flags", "MIN_AUDIT_ON_WRONG"]
 
@@ -216,20 +219,20 @@ def _cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
             f"{g['output_tokens']:,.0f} out tokens, {g['seconds']:.0f} s" for who, g in groups.items()]
 
 
-def _split_lines(r: Any, split: str) -> list[str]:
+def _split_lines(r: StageResult, split: str) -> list[str]:
     """Before / after / paired lines (and the paired metric parts) of one split ("dev" or "test")."""
     from nemori_dspy.eval.metrics import paired_line
 
-    before, after = (r.before, r.after) if split == "dev" else (r.test_before, r.test_after)
+    before, after = r.scores(split)
     what = ("the optimizer selected on it: optimistic" if split == "dev" else
             "conversations no optimizer step saw")
     n = r.n_dev if split == "dev" else r.n_test
     lines = [f"  {split} ({what}), {n} examples:", f"    before {before.cell()}",
              f"    after  {after.cell()}   ({100 * (after.mean - before.mean):+.1f} points)"]
-    paired = r.paired(split) if hasattr(r, "paired") else None  # same examples before and after
+    paired = r.paired(split)  # same examples before and after
     if paired:
         lines.append("    " + paired_line("paired", paired, "before", "after"))
-    for part, p in (r.paired_parts(split) if hasattr(r, "paired_parts") else {}).items():
+    for part, p in r.paired_parts(split).items():
         lines.append("    " + paired_line(f"paired {part}", p, "before", "after"))
     return lines
 
@@ -242,9 +245,9 @@ def print_results(results: list[Any], out: Path, seconds: float, construction: d
     built = sum(u.calls for u in construction.values())
     print(f"\nmemory construction before tuning: {built} LLM calls")
     for r in results:
-        print(f"\n[{r.stage}] {r.n_train} train / {r.n_dev} dev / {getattr(r, 'n_test', 0)} test examples"
-              + (f"; recorded calls on train: {r.calls_on_train}" if getattr(r, "calls_on_train", None) else ""))
-        for line in _split_lines(r, "dev") + (_split_lines(r, "test") if getattr(r, "test_before", None) else []):
+        print(f"\n[{r.stage}] {r.n_train} train / {r.n_dev} dev / {r.n_test} test examples"
+              + (f"; recorded calls on train: {r.calls_on_train}" if r.calls_on_train else ""))
+        for line in _split_lines(r, "dev") + (_split_lines(r, "test") if r.test_before else []):
             print(line)
         for cat, c in r.by_category.items():
             print(f"    {cat:<12} n={c['n']:<3} before {100 * c['before']:.1f}  after {100 * c['after']:.1f}")

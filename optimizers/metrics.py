@@ -363,11 +363,11 @@ class ObservationMetric:
         return _result(score, " ".join(notes), pred_name)
 
     def _windows(self, messages: str) -> tuple[list[str], set[str]]:
+        from nemori_dspy.eval.memory_quality import with_adjacent_pairs
         from nemori_dspy.insight_rules import message_lines
 
         pairs = message_lines(messages)
-        lines = [f"{who}: {text}" for who, text in pairs]
-        return lines + [f"{a} {b}" for a, b in zip(lines, lines[1:])], {who for who, _ in pairs}
+        return with_adjacent_pairs([f"{who}: {text}" for who, text in pairs]), {who for who, _ in pairs}
 
     def _stated(self, texts: list[str], candidates: list[str]) -> list[bool]:
         if not texts or not candidates:
@@ -375,7 +375,7 @@ class ObservationMetric:
         return [bool(x) for x in self.matcher.match_matrix(texts, candidates).any(axis=1)]
 
     def _narrate(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str]]:
-        from nemori_dspy.eval.memory_quality import sentences
+        from nemori_dspy.eval.memory_quality import sentences, with_adjacent_pairs
         from nemori_dspy.insight_rules import is_chat_line
         from nemori_dspy.junk import junk_reason
 
@@ -388,7 +388,7 @@ class ObservationMetric:
             return 0.0, [f"Score 0: the narrative is unusable ({why}). Write a third-person account of what the "
                          "speakers said and did, with dates."]
         sents = sentences(narrative)
-        covered = self._stated(golds, sents + [f"{a} {b}" for a, b in zip(sents, sents[1:])])
+        covered = self._stated(golds, with_adjacent_pairs(sents))
         supported = self._stated(sents, windows)
         coverage, faithful = sum(covered) / len(golds), (sum(supported) / len(sents) if sents else 0.0)
         pen, ratio = length_penalty(f"{cue} {narrative}", example.messages)

@@ -236,27 +236,24 @@ class StageResult:
         """Test examples scored (0 without a test set)."""
         return self.test_before.n if self.test_before else 0
 
+    def scores(self, split: str = "dev") -> tuple[DevScore | None, DevScore | None]:
+        """(before, after) of ``split``: "dev" or "test" (None, None without a test set)."""
+        return (self.before, self.after) if split == "dev" else (self.test_before, self.test_after)
+
     def paired(self, split: str = "dev") -> dict[str, Any] | None:
         """After vs before on the same ``split`` ("dev" or "test") examples (``eval.metrics.paired_compare``:
         mean difference after − before with its paired bootstrap 95% CI; wins/losses and exact McNemar p when the
         scores are 0/1); None when the per-example scores do not pair (different lengths, none)."""
-        from nemori_dspy.eval.metrics import paired_compare
-
-        before, after = (self.before, self.after) if split == "dev" else (self.test_before, self.test_after)
-        if before is None or after is None:
-            return None
-        a, b = before.scores, after.scores
-        return paired_compare(a, b) if a and len(a) == len(b) else None
+        before, after = self.scores(split)
+        return _paired(before.scores, after.scores) if before and after else None
 
     def paired_parts(self, split: str = "dev") -> dict[str, dict[str, Any]]:
         """``paired`` per metric part (``{"judge": ..., "f1": ...}`` for the answer stage), same examples."""
-        from nemori_dspy.eval.metrics import paired_compare
-
-        before, after = (self.before, self.after) if split == "dev" else (self.test_before, self.test_after)
+        before, after = self.scores(split)
         if before is None or after is None:
             return {}
-        return {k: paired_compare(v, after.parts[k]) for k, v in before.parts.items()
-                if v and len(v) == len(after.parts.get(k, []))}
+        pairs = {k: _paired(v, after.parts.get(k, [])) for k, v in before.parts.items()}
+        return {k: p for k, p in pairs.items() if p is not None}
 
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "n_train": self.n_train, "n_dev": self.n_dev, "n_test": self.n_test,
@@ -267,6 +264,13 @@ class StageResult:
                 "by_category": self.by_category, "paired": self.paired(), "paired_test": self.paired("test"),
                 "paired_parts": self.paired_parts(), "paired_parts_test": self.paired_parts("test"),
                 "calls_on_train": self.calls_on_train}
+
+
+def _paired(a: list[float], b: list[float]) -> dict[str, Any] | None:
+    """``eval.metrics.paired_compare(a, b)``, or None when the per-example scores do not pair (none, lengths differ)."""
+    from nemori_dspy.eval.metrics import paired_compare
+
+    return paired_compare(a, b) if a and len(a) == len(b) else None
 
 
 def _categories(dev: list[dspy.Example], before: DevScore, after: DevScore) -> dict[str, dict[str, float]]:
