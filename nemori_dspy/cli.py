@@ -149,8 +149,8 @@ def _optimize_parser(sub: Any) -> None:
                                                   "conversations not in --test but the last / the last (a "
                                                   "one-conversation slice is dev: give --train)")
     op.add_argument("--train", help="train conversations, e.g. conv-26,conv-30 (required without --slice)")
-    op.add_argument("--dev", help="held-out dev conversations, e.g. conv-41 (never in --train; required without "
-                                  "--slice)")
+    op.add_argument("--dev", help="dev conversations the optimizer selects on, e.g. conv-41 (never in --train; "
+                                  "required without --slice); its after-score is optimistic: --test is held out")
     op.add_argument("--test", help="test conversations, scored before and after and never selected on (in neither "
                                    "--train nor --dev), e.g. conv-42,conv-43: the held-out estimate")
     op.add_argument("--answer-metric", default="judge+f1", choices=["judge+f1", "judge", "f1"],
