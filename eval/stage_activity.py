@@ -37,6 +37,7 @@ GUARDS: dict[str, tuple[str, str]] = {
     "narrate_junk_retry": ("narrate", "narrative or cue echoed a prompt or was a placeholder: asked again"),
     "narrate_fallback": ("narrate", "still junk after the re-ask: the messages stored quoted and dated"),
     "narrate_fallback_cue": ("narrate", "cue still junk after the re-ask: speakers and date as the cue"),
+    "narrate_repeats_dropped": ("narrate", "sentences a looping narrative repeated: dropped"),
     "narrate_batch_fallback": ("narrate_batch", "batched reply unusable: one P_nar call per group"),
     "association.no_candidate_in_gap": ("select", "no earlier episode within association_max_gap_hours"),
     "association.below_similarity": ("select", "earlier episodes below association_min_similarity"),

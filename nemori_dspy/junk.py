@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 __all__ = ["JUNK_REASONS", "ECHO_RATIO", "ECHO_COVERAGE", "MIN_RUN_WORDS", "PLACEHOLDERS", "PROMPT_TERMS",
-           "STOP_WORDS", "junk_reason", "is_fragment", "reference_phrases"]
+           "STOP_WORDS", "junk_reason", "is_fragment", "reference_phrases", "drop_repeated_sentences"]
 
 #: the reasons ``junk_reason`` returns.
 JUNK_REASONS = ("instruction_echo", "field_description_echo", "placeholder")
@@ -321,3 +321,33 @@ def is_fragment(text: str) -> bool:
         return not has_main and _verbs(tokens) < 2
     return _verbs(tokens) == 0
 
+
+
+def drop_repeated_sentences(text: str) -> tuple[str, int]:
+    """``text`` with every sentence that repeats an earlier one removed, and how many were removed.
+
+    A small model decoding greedily can loop, writing the same sentences again until its output cap; the
+    repeats state nothing new. Sentences are compared by their words (case and punctuation ignored). When
+    anything repeated, an unfinished last sentence (no ``.!?`` or closing quote: the cap cut it) is dropped too
+    and counted.
+
+    Returns:
+        (the text with the first occurrence of each sentence, in order, joined by single spaces, removed count);
+        ``(text, 0)`` unchanged when no sentence repeats.
+    """
+    parts = [p.strip() for p in _SENTENCE.split(text.strip()) if p.strip()]
+    seen: set[tuple[str, ...]] = set()
+    kept: list[str] = []
+    for part in parts:
+        key = tuple(_norm(part))
+        if key and key in seen:
+            continue
+        seen.add(key)
+        kept.append(part)
+    removed = len(parts) - len(kept)
+    if removed == 0:
+        return text, 0
+    if kept and not kept[-1].rstrip().endswith((".", "!", "?", '"', "\u201d", "'")):
+        kept.pop()
+        removed += 1
+    return " ".join(kept), removed

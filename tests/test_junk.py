@@ -77,3 +77,12 @@ def test_fragments(text):
                                   "Caroline adores pottery.", "Pepper steals socks at night."])
 def test_sentences_are_not_fragments(text):
     assert not is_fragment(text)
+
+
+def test_drop_repeated_sentences_keeps_first_occurrences_in_order():
+    from nemori_dspy.junk import drop_repeated_sentences
+
+    assert drop_repeated_sentences("A cat sat. The dog ran! a CAT sat.") == ("A cat sat. The dog ran!", 1)
+    text = "Nothing repeats here. Not even this."
+    assert drop_repeated_sentences(text) == (text, 0)
+    assert drop_repeated_sentences("One. Two. One. Two. Thr") == ("One. Two.", 3)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import LLMError
 from ..insight_rules import carries_no_fact, is_chat_line, quote_text
-from ..junk import junk_reason
+from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
 from ..types import Episode, ScoredEpisode, StoredMessage, instant
@@ -405,13 +405,17 @@ class EpisodicIntegration(dspy.Module):
         return self._episode(user_id, msgs, cue, narrative, window)
 
     def _episode(self, user_id: str, msgs: list[StoredMessage], cue: str, narrative: str, window: int) -> Episode:
-        """The episode of ``msgs`` narrated as (cue, narrative); v = emb(cue ‖ narrative).
+        """The episode of ``msgs`` narrated as (cue, narrative); v = emb(cue ‖ narrative). Sentences the narrative
+        repeats are dropped first (``junk.drop_repeated_sentences``; ``narrate_repeats_dropped``).
 
         Raises:
             LLMError: the narrative is empty (the messages stay buffered).
         """
         s = self.res.settings
         cue, narrative = cue.strip(), narrative.strip()
+        narrative, repeats = drop_repeated_sentences(narrative)
+        if repeats:
+            tally("narrate_repeats_dropped", repeats)
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")

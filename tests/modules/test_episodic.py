@@ -472,3 +472,12 @@ def test_the_fallback_narrative_dates_each_day_and_stays_within_its_cap():
     one = fallback_narrative(msgs[:1])
     assert one.startswith("On 8 May 2023 Melanie said: \u201c")
     assert fallback_cue(msgs[:1]) == "Melanie wrote on 8 May 2023"
+
+
+def test_a_looping_narrative_keeps_each_sentence_once_and_drops_the_cut_tail(tmp_path):
+    loop = ("Jon told Gina about his trip to Paris. Gina asked about the food. Jon said it was great. "
+            "Gina asked about the food. Jon said it was great. Gina asked about")
+    lm, mem = _narrated(tmp_path, lambda i: chat_reply(cue="Jon tells Gina about Paris", narrative=loop))
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == "Jon told Gina about his trip to Paris. Gina asked about the food. Jon said it was great."
+    assert mem.usage.counters["narrate_repeats_dropped"] == 3 and lm.calls["NarrateEpisode"] == 1
