@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from nemori_dspy.errors import LLMError
 from nemori_dspy.memory import Memory
 from nemori_dspy.recording import recording
+from nemori_dspy.stages import CONSTRUCTION_STAGES as _STAGES
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.usage import Usage, UsageLedger, tally
 from nemori_dspy.eval.baselines import RagIndex, context_budget_chars, full_context
@@ -38,8 +39,8 @@ __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "Shar
 
 log = logging.getLogger(__name__)
 
-CONSTRUCTION_STAGES = ["partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                       "direct_distill", "summarize", "narrate_batch", "consolidate_batch"]
+#: the stages that build memory, in pipeline order (``nemori_dspy.stages``).
+CONSTRUCTION_STAGES = list(_STAGES)
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
 

@@ -95,8 +95,8 @@ def predictor_text(state: dict[str, Any]) -> str:
 def stage_prompts(module: Any) -> dict[str, str]:
     """``{stage: text}`` of the prompts a pipeline (or ``eval.model.ProgramModel``) runs: for a stage with one
     predictor its ``predictor_text``, for one with several (e.g. ChainOfThought inside StagePredict) a JSON map
-    of them. Stages come from ``optimizers.programs.PIPELINE_PATHS``."""
-    from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+    of them. Stages come from ``nemori_dspy.stages.PIPELINE_PATHS``."""
+    from nemori_dspy.stages import PIPELINE_PATHS
 
     state = module.dump_state()
     out: dict[str, str] = {}

@@ -112,7 +112,7 @@ def log_results(results: list[Any], out_dir: Path, seconds: float, construction:
 
 def _pipeline_name(program_name: str) -> str:
     """``"narrate.predict"`` (a stage program's predictor) → ``"episodic.narrate.predict"`` (the pipeline's)."""
-    from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+    from nemori_dspy.stages import PIPELINE_PATHS
 
     stage, _, rest = program_name.partition(".")
     return f"{PIPELINE_PATHS[stage]}.{rest}" if stage in PIPELINE_PATHS else program_name
