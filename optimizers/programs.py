@@ -112,9 +112,9 @@ class NarrateProgram(StageProgram):
 def clean_insights(raw: object, episode_messages: str = "") -> list[str]:
     """P_dis output → distinct non-empty insight strings, bullets stripped, and with the rendered
     ``episode_messages`` questions, chat lines and verbatim copies dropped (as the pipeline stores them)."""
-    from nemori_dspy.modules.semantic import _clean_insights
+    from nemori_dspy.modules.semantic import clean_insights as _clean
 
-    return _clean_insights(raw, episode_messages)
+    return _clean(raw, episode_messages)
 
 
 class DistillProgram(StageProgram):
