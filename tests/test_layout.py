@@ -246,3 +246,11 @@ def test_the_layer_check_catches_a_wrong_arrow_or_a_private_name(rel_path, sourc
 ])
 def test_the_layer_check_allows_the_arrows_of_the_order(rel_path, source):
     assert layer_violations(source, rel_path, _known_modules()) == []
+
+
+def test_the_license_file_is_the_license_pyproject_declares():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]["text"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert declared == "Apache-2.0" and "Apache License" in text and "Version 2.0, January 2004" in text
