@@ -144,7 +144,7 @@ class StagePredict(dspy.Module):
 
     Args:
         signature: the stage's ``dspy.Signature``.
-        stage_name: ledger name, one of ``nemori_dspy.config.STAGES``.
+        stage_name: ledger name, one of ``nemori_dspy.stages.STAGES``.
         max_tokens: output cap for this stage (None = the LM's default).
         parse_retries: re-asks after a failed call, each bypassing the response cache.
         lm: a stage-specific LM (None = the one in ``dspy.settings``).
