@@ -30,12 +30,9 @@ from benchmarks.results_io import table, write_result
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.local_server import LlamaServer
+from nemori_dspy.stages import STAGES as ALL_STAGES
 
 __all__ = ["STAGES", "typical_inputs", "stage_messages", "run", "main"]
-
-#: the stages measured (keys of ``nemori_dspy.signatures.SIGNATURES``), in pipeline order.
-STAGES = ("partition", "narrate", "anticipate", "distill", "consolidate", "answer")
-
 
 def _lines(n: int, seed: int) -> list[str]:
     return [f"[{m['timestamp'][:16].replace('T', ' ')}] {m['speaker']}: {m['content']}"
@@ -43,8 +40,17 @@ def _lines(n: int, seed: int) -> list[str]:
 
 
 def typical_inputs(stage: str, seed: int = 0) -> dict[str, Any]:
-    """Inputs of typical size for ``stage``: a 20-turn window, an 8-turn episode, 5 known facts, 5 candidate
-    entries, an answer context of 10 episodes and 20 facts (``seed`` varies the text, not the size)."""
+    """Inputs of typical size for ``stage`` (one of ``STAGES``): a 20-turn window, an 8-turn episode, 5 known facts,
+    5 candidate entries, an answer context of 10 episodes and 20 facts (``seed`` varies the text, not the size).
+
+    Raises:
+        KeyError: ``stage`` is not measured here.
+    """
+    return _typical_inputs(seed)[stage]
+
+
+def _typical_inputs(seed: int) -> dict[str, dict[str, Any]]:
+    """stage → its typical inputs (see ``typical_inputs``)."""
     msgs = _lines(20, seed)
     facts = [f"Caroline mentioned fact {seed}-{i}: she enjoys topic {i} a lot." for i in range(20)]
     episode = "\n".join(msgs[:8])
@@ -56,7 +62,11 @@ def typical_inputs(stage: str, seed: int = 0) -> dict[str, Any]:
         "consolidate": {"insight": facts[0], "existing_entries": "\n".join(f"[{i}] {f}" for i, f in enumerate(facts[1:6]))},
         "answer": {"context": "\n".join([f"Episode {i}: " + " ".join(msgs[i:i + 3]) for i in range(10)] + facts),
                    "question": f"When did Caroline go to the support group (case {seed})?"},
-    }[stage]
+    }
+
+
+#: the stages measured (those with typical inputs), in pipeline order (``nemori_dspy.stages.STAGES``).
+STAGES = tuple(s for s in ALL_STAGES if s in _typical_inputs(0))
 
 
 def stage_messages(stage: str, seed: int, adapter: Any) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from nemori_dspy.config import DEFAULT_CACHE_DIR, NemoriSettings
 from nemori_dspy.memory import Memory
 from nemori_dspy.signatures import SIGNATURES, signature_hash
+from nemori_dspy.stages import CONSTRUCTION_STAGES
 from nemori_dspy.eval.systems import System
 
 __all__ = ["MEMORY_FORMAT", "CONSTRUCTION_FIELDS", "construction_key", "CachedMemories"]
@@ -41,8 +42,6 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: a prose list reply read as its sentences),
 #: so memories built by older code are never reused as if they were current.
 MEMORY_FORMAT = 8
-_CONSTRUCTION_STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                        "direct_distill", "summarize", "narrate_batch", "consolidate_batch")
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,
@@ -54,8 +53,8 @@ def construction_key(settings: NemoriSettings, model_label: str, embedder_name: 
     payload = {
         "settings": {k: d[k] for k in CONSTRUCTION_FIELDS},
         "stages": {s: [d["stage_lms"].get(s), settings.stage_max_tokens(s), d["predictor_classes"].get(s)]
-                   for s in _CONSTRUCTION_STAGES},
-        "prompts": {s: signature_hash(SIGNATURES[s]) for s in _CONSTRUCTION_STAGES},
+                   for s in CONSTRUCTION_STAGES},
+        "prompts": {s: signature_hash(SIGNATURES[s]) for s in CONSTRUCTION_STAGES},
         "program": _construction_state_delta(settings, program_state),
         "model_label": model_label, "embedder": embedder_name, "dataset": dataset_sha256,
         "format": MEMORY_FORMAT,

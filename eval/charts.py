@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
-from nemori_dspy.eval.metrics import Group, _ordered_stages, _usage_dict, category_scores
+from nemori_dspy.eval.metrics import Group, ordered_stages, usage_dict, category_scores
 
 __all__ = ["category_bar_chart", "cost_by_stage_chart"]
 
@@ -98,8 +98,8 @@ def cost_by_stage_chart(stage_usage: dict[str, Any], path: str | Path,
 
     Returns ``path`` as a ``Path``.
     """
-    stages = _ordered_stages(stage_usage, stages_order)
-    use = [_usage_dict(stage_usage[s]) for s in stages]
+    stages = ordered_stages(stage_usage, stages_order)
+    use = [usage_dict(stage_usage[s]) for s in stages]
     inp = [u["input_tokens"] for u in use]
     out = [u["output_tokens"] for u in use]
     fig = _figure(7.0, max(2.5, 0.45 * len(stages) + 1.5))

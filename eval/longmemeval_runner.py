@@ -26,8 +26,8 @@ from nemori_dspy.eval.locomo import LoCoMoConversation
 from nemori_dspy.eval.longmemeval import QUESTION_TYPES, LongMemEvalQuestion
 from nemori_dspy.eval.longmemeval_judge import question_example, summarise_accuracy
 from nemori_dspy.eval.metrics import Group, bleu1, token_f1
-from nemori_dspy.eval.runner import (EvalOptions, start_run, MemoryProvider, _context, _context_tokens,
-                     _recall, _summarise)
+from nemori_dspy.eval.runner import (EvalOptions, start_run, MemoryProvider, system_context, context_tokens,
+                     recall_scores, summarise)
 from nemori_dspy.eval.systems import System
 
 __all__ = ["LONGMEMEVAL_GROUPS", "LONGMEMEVAL_SCORES", "as_conversation", "dated_question", "run_longmemeval"]
@@ -65,17 +65,17 @@ def _row(system: System, memory: Memory, q: LongMemEvalQuestion, conv: LoCoMoCon
          panel: JudgePanel | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     with memory.usage.charging():
-        context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
+        context, ranked, search_ms = system_context(system, memory, conv, q.question, rag)
     with memory.usage.scope() as mine:
         answer = str(memory.pipeline.response.answer(context=context, question=dated_question(q)).answer).strip()
     usage = mine.total()
     return {"sample_id": q.question_id, "index": 0, "category": q.question_type, "category_name": q.question_type,
             "is_abstention": q.is_abstention, "system": system.name, "question": q.question,
             "question_date": q.question_date.isoformat(), "gold": q.answer, "answer": answer,
-            "evidence": q.evidence, "context_chars": len(context), "context_tokens": _context_tokens(context),
+            "evidence": q.evidence, "context_chars": len(context), "context_tokens": context_tokens(context),
             "answer_input_tokens": usage.input_tokens, "answer_output_tokens": usage.output_tokens,
             "search_ms": round(search_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1),
-            **_recall(ranked, q.evidence), **_scores(q, answer, panel)}
+            **recall_scores(ranked, q.evidence), **_scores(q, answer, panel)}
 
 
 def _upstream_metrics(rows: list[dict[str, Any]], systems: list[str], judged: list[str]) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemE
                 cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
     groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in ckpt.rows)]  # the types this run has
-    summary = _summarise(ckpt.rows, opts, panel, built, construction, skipped, out_dir, ledger,
+    summary = summarise(ckpt.rows, opts, panel, built, construction, skipped, out_dir, ledger,
                          local=base.settings.model == "local", groups=groups, scores=LONGMEMEVAL_SCORES)
     upstream = _upstream_metrics(ckpt.rows, summary["systems"], summary["judge_metrics"])
     for system, by_metric in upstream.items():

@@ -44,6 +44,9 @@ __all__ = [
     "LOCOMO_GROUPS",
     "scored_groups",
     "evidence_recall_at_k",
+    "norm_id",
+    "usage_dict",
+    "ordered_stages",
     "token_shares",
     "cost_table",
     "answer_time_table",
@@ -331,7 +334,7 @@ def _wide_table(rows: list[dict], metrics: list[str], systems: list[str], width:
 
 # ---------------------------------------------------------------- retrieval (LLM-free)
 
-def _norm_id(message_id: str) -> str:
+def norm_id(message_id: str) -> str:
     """A message id in canonical form: LoCoMo dia_ids via ``normalise_evidence`` ("D30:05" →
     "D30:5"); any other id (e.g. a UUID) unchanged."""
     found = normalise_evidence([message_id])
@@ -378,7 +381,7 @@ def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str
     gold = _gold_ids(evidence)
     if not gold:
         return None
-    seen = {_norm_id(mid) for item in ranked_message_ids[:k] for mid in item}
+    seen = {norm_id(mid) for item in ranked_message_ids[:k] for mid in item}
     return sum(1 for g in gold if g in seen) / len(gold)
 
 
@@ -387,13 +390,13 @@ def evidence_recall_at_k(ranked_message_ids: list[list[str]], evidence: list[str
 _USAGE_FIELDS = ("calls", "input_tokens", "output_tokens", "seconds", "cost_usd")
 
 
-def _usage_dict(usage: Any) -> dict[str, float]:
+def usage_dict(usage: Any) -> dict[str, float]:
     """A ``types.Usage`` (or its ``model_dump()``) → plain dict; missing fields are 0."""
     raw = usage.model_dump() if hasattr(usage, "model_dump") else dict(usage)
     return {f: float(raw.get(f, 0) or 0) for f in _USAGE_FIELDS}
 
 
-def _ordered_stages(stage_usage: dict[str, Any], stages_order: list[str] | None) -> list[str]:
+def ordered_stages(stage_usage: dict[str, Any], stages_order: list[str] | None) -> list[str]:
     """Stages in ``stages_order`` that are present, then the others in their dict order."""
     first = [s for s in (stages_order or []) if s in stage_usage]
     return [*first, *(s for s in stage_usage if s not in first)]
@@ -402,7 +405,7 @@ def _ordered_stages(stage_usage: dict[str, Any], stages_order: list[str] | None)
 def token_shares(stage_usage: dict[str, Any]) -> dict[str, float]:
     """``{stage: percent of all input+output tokens}``; sums to 100 (all 0.0 if no tokens)."""
     totals = {s: u["input_tokens"] + u["output_tokens"] for s, u in
-              ((s, _usage_dict(v)) for s, v in stage_usage.items())}
+              ((s, usage_dict(v)) for s, v in stage_usage.items())}
     grand = sum(totals.values())
     return {s: (100 * t / grand if grand else 0.0) for s, t in totals.items()}
 
@@ -427,8 +430,8 @@ def cost_table(stage_usage: dict[str, Any], stages_order: list[str] | None = Non
         Columns ``stage, calls, input, output, total, share %, seconds, $`` (total =
         input + output tokens; share = total / all stages' total × 100) and a ``total`` row.
     """
-    stages = _ordered_stages(stage_usage, stages_order)
-    use = {s: _usage_dict(stage_usage[s]) for s in stages}
+    stages = ordered_stages(stage_usage, stages_order)
+    use = {s: usage_dict(stage_usage[s]) for s in stages}
     shares = token_shares(stage_usage)
     tot = {f: sum(u[f] for u in use.values()) for f in _USAGE_FIELDS}
     body = [_cost_line(s, use[s], shares[s], local) for s in stages]

@@ -51,7 +51,7 @@ class ProgramModel(dspy.Module):
     def __init__(self, settings: NemoriSettings, state: dict[str, Any] | None = None) -> None:
         super().__init__()
         from nemori_dspy.modules.pipeline import stage_factory
-        from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+        from nemori_dspy.stages import PIPELINE_PATHS
 
         make, runs = stage_factory(settings, {}), _stages_run(settings)
         for stage, path in PIPELINE_PATHS.items():
@@ -71,9 +71,9 @@ class ProgramModel(dspy.Module):
 def _stages_run(settings: NemoriSettings) -> set[str]:
     """The stages a pipeline built from ``settings`` runs (e.g. no ``direct_distill`` under prediction error,
     ``summarize`` only under flat management): the predictors its ``program.json`` holds."""
-    from nemori_dspy.modules.pipeline import NemoriPipeline, stage_factory
+    from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, stage_factory
     from nemori_dspy.modules.resources import Resources
-    from nemori_dspy.optimizers.programs import PIPELINE_PATHS, pipeline_stage
+    from nemori_dspy.stages import PIPELINE_PATHS
 
     fresh = NemoriPipeline(Resources(None, None, settings), stage_factory(settings, {}))  # type: ignore[arg-type]
     out = set()

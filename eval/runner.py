@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from nemori_dspy.errors import LLMError
 from nemori_dspy.memory import Memory
 from nemori_dspy.recording import recording
+from nemori_dspy.stages import CONSTRUCTION_STAGES as _STAGES
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.usage import Usage, UsageLedger, tally
 from nemori_dspy.eval.baselines import RagIndex, context_budget_chars, full_context
@@ -34,12 +35,13 @@ from nemori_dspy.eval.metrics import Group, bleu1, category_table, evidence_reca
 from nemori_dspy.eval.systems import SYSTEMS, System
 
 __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
-           "run_locomo", "answer_and_score", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS"]
+           "run_locomo", "answer_and_score", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS",
+           "system_context", "context_tokens", "recall_scores", "summarise"]
 
 log = logging.getLogger(__name__)
 
-CONSTRUCTION_STAGES = ["partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate",
-                       "direct_distill", "summarize", "narrate_batch", "consolidate_batch"]
+#: the stages that build memory, in pipeline order (``nemori_dspy.stages``).
+CONSTRUCTION_STAGES = list(_STAGES)
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
 
@@ -207,7 +209,7 @@ def _memory_context(system: System, memory: Memory, conv: LoCoMoConversation, qu
     return ctx.context, [sc.episode.message_ids for sc in episodes] if episodes else None, ctx.search_ms
 
 
-def _context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):
+def system_context(system: System, memory: Memory, conv: LoCoMoConversation, question: str, rag: RagIndex | None):
     """(context, ranked message ids per retrieved item or None, search ms) for one system."""
     budget = context_budget_chars(memory.settings.n_ctx)
     if system.context == "memory":
@@ -224,12 +226,12 @@ def _context(system: System, memory: Memory, conv: LoCoMoConversation, question:
     return "", None, 0.0
 
 
-def _context_tokens(context: str) -> int:
+def context_tokens(context: str) -> int:
     """Tokens in the retrieved context (litellm's tokenizer), counted even when the answer call is a cache hit."""
     return litellm.token_counter(text=context) if context else 0
 
 
-def _recall(ranked: list[list[str]] | None, evidence: list[str]) -> dict[str, float | None]:
+def recall_scores(ranked: list[list[str]] | None, evidence: list[str]) -> dict[str, float | None]:
     """Evidence recall@k, k in ``RECALL_KS``, as ``recall_at_<k>`` (None without evidence or retrieval)."""
     if ranked is None:
         return {f"recall_at_{k}": None for k in RECALL_KS}
@@ -250,7 +252,7 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
                 rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     with memory.usage.charging():
-        context, ranked, search_ms = _context(system, memory, conv, q.question, rag)
+        context, ranked, search_ms = system_context(system, memory, conv, q.question, rag)
     failure = None
     with memory.usage.scope() as mine:
         try:
@@ -264,11 +266,11 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
     return {"sample_id": q.sample_id, "index": q.index, "category": q.category,
             "category_name": CATEGORY_NAMES[q.category], "system": system.name, "question": q.question,
             "gold": q.answer, "answer": answer, "evidence": q.evidence, "context_chars": len(context),
-            "context_tokens": _context_tokens(context),
+            "context_tokens": context_tokens(context),
             "answer_input_tokens": usage.input_tokens, "answer_output_tokens": usage.output_tokens,
             "search_ms": round(search_ms, 1), "total_ms": round(total_ms, 1),
             **({"answer_error": failure} if failure else {}),
-            **_recall(ranked, q.evidence), **_score(q, answer, judge)}
+            **recall_scores(ranked, q.evidence), **_score(q, answer, judge)}
 
 
 def answer_and_score(memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
@@ -365,7 +367,7 @@ def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoCon
                     opts.observer.answered(row)
                     cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
-    return _summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,
+    return summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,
                       local=base.settings.model == "local")
 
 
@@ -419,7 +421,7 @@ class _CostCheckpoint:
         return merged, {**built, "seconds": totals["ingest_seconds"]}
 
 
-def _summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
+def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
                built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, ledger: UsageLedger,
                local: bool = False,
                groups: list[Group] | None = None, scores: list[str] | None = None) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from nemori_dspy.eval.metrics import format_table
+from nemori_dspy.stages import CONSTRUCTION_STAGES
 
 __all__ = ["STAGES", "GUARDS", "stage_activity", "stage_activity_table", "stage_metrics", "guard_stage"]
 
 #: construction stages, in pipeline order (batched variants and Nemori-s / flat stages after).
-STAGES = ("partition", "narrate", "select", "integrate", "anticipate", "distill", "consolidate", "direct_distill",
-          "narrate_batch", "consolidate_batch", "summarize")
+STAGES = CONSTRUCTION_STAGES
 
 #: counter → (stage, why it fired). Prefix entries end with "." and cover every ``<prefix><name>`` counter.
 GUARDS: dict[str, tuple[str, str]] = {

@@ -42,7 +42,7 @@ from nemori_dspy.config import NemoriSettings
 
 __all__ = ["tracking_uri", "artifact_location", "flatten", "predictor_text", "stage_prompts", "prompt_hash",
            "register_prompt", "register_prompts", "mark_stale_runs", "process_tags", "EvalTracker", "RUN_FILE",
-           "log_eval_run"]
+           "log_eval_run", "set_experiment"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def artifact_location(uri: str) -> str | None:
     return (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlruns").as_uri()
 
 
-def _set_experiment(mlflow: Any, uri: str, name: str) -> str:
+def set_experiment(mlflow: Any, uri: str, name: str) -> str:
     """Make ``name`` the active experiment, creating it with ``artifact_location(uri)`` if new; returns its id."""
     if mlflow.get_experiment_by_name(name) is None:
         mlflow.create_experiment(name, artifact_location=artifact_location(uri))
@@ -95,8 +95,8 @@ def predictor_text(state: dict[str, Any]) -> str:
 def stage_prompts(module: Any) -> dict[str, str]:
     """``{stage: text}`` of the prompts a pipeline (or ``eval.model.ProgramModel``) runs: for a stage with one
     predictor its ``predictor_text``, for one with several (e.g. ChainOfThought inside StagePredict) a JSON map
-    of them. Stages come from ``optimizers.programs.PIPELINE_PATHS``."""
-    from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+    of them. Stages come from ``nemori_dspy.stages.PIPELINE_PATHS``."""
+    from nemori_dspy.stages import PIPELINE_PATHS
 
     state = module.dump_state()
     out: dict[str, str] = {}
@@ -213,7 +213,7 @@ class EvalTracker:
         from mlflow.tracking import MlflowClient
 
         mlflow.set_tracking_uri(self.uri)
-        exp_id = _set_experiment(mlflow, self.uri, self.settings.mlflow_experiment)
+        exp_id = set_experiment(mlflow, self.uri, self.settings.mlflow_experiment)
         self.client = MlflowClient(tracking_uri=self.uri)
         for run_id in mark_stale_runs(self.client, exp_id):
             log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", run_id)

@@ -13,43 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .stages import DEFAULT_STAGE_MAX_TOKENS, MEMORY_WRITING_STAGES, STAGES
+
 __all__ = ["MEMORY_WRITING_STAGES", "NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
            "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "NOT_IN_PAPER", "ASSOCIATION_MIN_SIMILARITY", "CONSOLIDATION_MIN_SIMILARITY", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
-
-#: Stage names: one per prompt of the paper (Appendix D), in pipeline order.
-STAGES = (
-    "partition",      # P_par  §3.2.1
-    "narrate",        # P_nar  §3.2.2
-    "select",         # P_sel  §3.2.3
-    "integrate",      # P_int  §3.2.3
-    "anticipate",     # P_ant  §3.3.1
-    "distill",        # P_dis  §3.3.2
-    "consolidate",    # P_con  §3.3.3
-    "direct_distill", # Nemori-s, Appendix D.2
-    "narrate_batch",      # cost switch: P_nar for every group of a window in one call (narration_mode)
-    "consolidate_batch",  # cost switch: P_con for every insight of an episode in one call (consolidation_mode)
-    "summarize",      # P_sum, flat summarization management, Appendix A.1
-    "answer",         # P_ans  §3.4
-    "judge",          # LoCoMo LLM judge, Appendix D.4.1
-)
-
-
-#: Output caps per stage (tokens). Small models otherwise ramble until ``max_tokens``; a cap bounds
-#: the cost of a bad reply (a cut narrative or insight list is kept as it is). narrate is 384: with windows ending
-#: at time gaps an episode is a whole topic of a session, ~14 LoCoMo turns, and 256 cut 14 of 24 narratives on the
-#: benchmark slice. Override per stage with ``stage_lms={"narrate": {"max_tokens": 600}}``.
-DEFAULT_STAGE_MAX_TOKENS = {
-    "partition": 320, "narrate": 384, "select": 24, "integrate": 400, "anticipate": 200, "distill": 320,
-    "consolidate": 160, "direct_distill": 320, "summarize": 600, "answer": 64, "judge": 96,
-    "narrate_batch": 1200, "consolidate_batch": 600,
-}
-
-#: Stages whose replies become or decide what memory holds (narratives, merges, predictions, facts, consolidation):
-#: ``local_memory_model`` serves them. P_par stays on the main model: its reply is only where episodes end.
-MEMORY_WRITING_STAGES = ("narrate", "narrate_batch", "select", "integrate", "anticipate", "distill", "direct_distill",
-                         "consolidate", "consolidate_batch", "summarize")
 
 #: Segments shorter than this many messages become one episode without a P_par call (``partition_min_messages``).
 #: 3 because the smallest coherent episode is one exchange — a message and its reply: P_par could only cut a

@@ -23,6 +23,7 @@ import dspy
 
 from .errors import ConfigError, LLMError
 from .recording import current_recorder
+from .stages import SALVAGE_TRUNCATED_STAGES, TRUNCATED_LIST_STAGES
 from .usage import current_stage, note_truncation, stage, tally, watch_truncation
 
 __all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError", "REROLL_TEMPERATURE",
@@ -66,18 +67,6 @@ class TruncatedReplyError(ValueError):
     def __init__(self, stage: str, cap: int | None, pred: dspy.Prediction | None = None) -> None:
         self.stage, self.cap, self.pred = stage, cap, pred  # pred: what did parse of the cut reply, if anything
         super().__init__(f"stage {stage!r}: the reply was cut off at max_tokens={cap}")
-
-
-#: stages whose output is prose or a list of independent items: a reply cut by its cap that still parses is kept
-#: at once, without a re-ask (counted as ``truncated_accepted.<stage>``) — a narrative cut after its fifth sentence
-#: is worth more than a window of messages left out of memory, and a small model that runs into the cap is
-#: rambling or looping (asking again at twice the cap bought more of the same at ~1,500 tokens a call, twice
-#: with DSPy's JSON fallback). Answers and structured outputs (partition, select, consolidate, judge) are never
-#: accepted cut: they are asked again once with twice the cap.
-SALVAGE_TRUNCATED_STAGES = frozenset({"narrate", "integrate", "anticipate", "distill", "direct_distill"})
-
-#: the list stages among them: a cut list also loses its last item, the one the cap may have cut.
-TRUNCATED_LIST_STAGES = frozenset({"distill", "direct_distill"})
 
 
 #: sampling temperature of a re-ask (which also bypasses DSPy's response cache). Nonzero because at
@@ -155,7 +144,7 @@ class StagePredict(dspy.Module):
 
     Args:
         signature: the stage's ``dspy.Signature``.
-        stage_name: ledger name, one of ``nemori_dspy.config.STAGES``.
+        stage_name: ledger name, one of ``nemori_dspy.stages.STAGES``.
         max_tokens: output cap for this stage (None = the LM's default).
         parse_retries: re-asks after a failed call, each bypassing the response cache.
         lm: a stage-specific LM (None = the one in ``dspy.settings``).

@@ -23,7 +23,7 @@ import dspy
 
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
-from nemori_dspy.eval.metrics import _norm_id
+from nemori_dspy.eval.metrics import norm_id
 from nemori_dspy.recording import StageRecord
 
 __all__ = ["questions_for", "observations_for", "narrate_examples", "distill_examples", "consolidate_examples",
@@ -34,9 +34,9 @@ def questions_for(conv: LoCoMoConversation, message_ids: Iterable[str],
                   categories: Sequence[int] = SCORED_CATEGORIES) -> list[LoCoMoQuestion]:
     """The scored questions of ``conv`` (non-empty gold answer) with at least one evidence turn in
     ``message_ids`` (ids compared in canonical ``D<s>:<t>`` form), in file order."""
-    ids = {_norm_id(m) for m in message_ids}
+    ids = {norm_id(m) for m in message_ids}
     return [q for q in conv.questions
-            if q.category in categories and q.answer and any(_norm_id(e) in ids for e in q.evidence)]
+            if q.category in categories and q.answer and any(norm_id(e) in ids for e in q.evidence)]
 
 
 def _by_user(conversations: Iterable[LoCoMoConversation]) -> dict[str, LoCoMoConversation]:
@@ -46,8 +46,8 @@ def _by_user(conversations: Iterable[LoCoMoConversation]) -> dict[str, LoCoMoCon
 def observations_for(conv: LoCoMoConversation, message_ids: Iterable[str]) -> list[str]:
     """Texts of ``conv``'s gold observations (LoCoMo ``observation``) resting on at least one of ``message_ids``
     (canonical ``D<s>:<t>`` ids), in file order; [] for a file without observations."""
-    ids = {_norm_id(m) for m in message_ids}
-    return [o.text for o in conv.observations if any(_norm_id(d) in ids for d in o.dia_ids)]
+    ids = {norm_id(m) for m in message_ids}
+    return [o.text for o in conv.observations if any(norm_id(d) in ids for d in o.dia_ids)]
 
 
 def _labels(conv: LoCoMoConversation, message_ids: list[str]) -> dict:

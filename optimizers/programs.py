@@ -23,41 +23,12 @@ from typing import Any
 import dspy
 
 from nemori_dspy.errors import ConfigError
-from nemori_dspy.modules.pipeline import NemoriPipeline
+from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, pipeline_stage_owner
 from nemori_dspy.modules.semantic import predict_episode
+from nemori_dspy.stages import PIPELINE_PATHS
 
 __all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram", "ConsolidateProgram",
            "EndToEndProgram", "end_to_end_questions", "clean_insights", "pipeline_stage", "pipeline_stage_owner"]
-
-#: stage name → attribute path of its ``StagePredict`` in ``NemoriPipeline``.
-PIPELINE_PATHS = {
-    "partition": "episodic.partition", "narrate": "episodic.narrate", "select": "episodic.select",
-    "integrate": "episodic.integrate", "anticipate": "semantic.anticipate", "distill": "semantic.distill",
-    "consolidate": "semantic.consolidate", "direct_distill": "semantic.direct_distill", "summarize": "semantic.summarize", "answer": "response.answer",
-    "narrate_batch": "episodic.narrate_batch", "consolidate_batch": "semantic.consolidate_batch",
-}
-
-
-def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:
-    """The pipeline's ``StagePredict`` of ``stage``.
-
-    Raises:
-        ConfigError: unknown stage name, or a stage the pipeline's configuration does not run (e.g.
-            ``distill`` with ``distillation="direct"``: it has no such predictor).
-    """
-    if stage not in PIPELINE_PATHS:
-        raise ConfigError(f"unknown stage {stage!r}. Fix: use one of {', '.join(PIPELINE_PATHS)}.")
-    try:
-        found = pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
-    except AttributeError:  # e.g. flat management's module has no consolidate at all
-        found = None
-    if found is None:
-        s = pipeline.res.settings
-        raise ConfigError(f"stage {stage!r} is not run by this configuration (distillation={s.distillation!r}, "
-                          f"consolidation={s.consolidation}, semantic_management={s.semantic_management!r}), so "
-                          f"the pipeline has no predictor for it. Fix: tune a stage it runs, or change "
-                          f"NEMORI_DISTILLATION / NEMORI_CONSOLIDATION / NEMORI_SEMANTIC_MANAGEMENT.")
-    return found
 
 
 class _Shared:
@@ -141,9 +112,9 @@ class NarrateProgram(StageProgram):
 def clean_insights(raw: object, episode_messages: str = "") -> list[str]:
     """P_dis output → distinct non-empty insight strings, bullets stripped, and with the rendered
     ``episode_messages`` questions, chat lines and verbatim copies dropped (as the pipeline stores them)."""
-    from nemori_dspy.modules.semantic import _clean_insights
+    from nemori_dspy.modules.semantic import clean_insights as _clean
 
-    return _clean_insights(raw, episode_messages)
+    return _clean(raw, episode_messages)
 
 
 class DistillProgram(StageProgram):
@@ -236,12 +207,3 @@ def end_to_end_questions(conv: Any) -> list[Any]:
     from nemori_dspy.eval.locomo import SCORED_CATEGORIES
 
     return [q for q in conv.questions if q.category in SCORED_CATEGORIES and q.answer]
-
-
-def pipeline_stage_owner(pipeline: NemoriPipeline, owner_path: str) -> Any:
-    """The attribute at a dotted path of the pipeline (``"episodic"`` → ``pipeline.episodic``,
-    ``"episodic.narrate"`` → its narrate stage)."""
-    obj: Any = pipeline
-    for part in owner_path.split("."):
-        obj = getattr(obj, part)
-    return obj

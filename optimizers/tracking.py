@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nemori_dspy.config import NemoriSettings
-from nemori_dspy.eval.tracking import (_set_experiment, flatten, mark_stale_runs, predictor_text, process_tags,
+from nemori_dspy.eval.tracking import (set_experiment, flatten, mark_stale_runs, predictor_text, process_tags,
                                       register_prompt, tracking_uri)
 
 __all__ = ["optimize_run", "log_results", "register_stage_prompt", "predictor_text"]
@@ -39,7 +39,7 @@ def optimize_run(settings: NemoriSettings, params: dict[str, Any], run_name: str
 
     uri = tracking_uri(settings)
     mlflow.set_tracking_uri(uri)
-    exp_id = _set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
+    exp_id = set_experiment(mlflow, uri, f"{settings.mlflow_experiment}-optimize")
     for stale in mark_stale_runs(mlflow.MlflowClient(), exp_id):  # left RUNNING by a kill -9
         log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", stale)
     with mlflow.start_run(run_name=run_name, tags=process_tags()) as run:
@@ -112,7 +112,7 @@ def log_results(results: list[Any], out_dir: Path, seconds: float, construction:
 
 def _pipeline_name(program_name: str) -> str:
     """``"narrate.predict"`` (a stage program's predictor) → ``"episodic.narrate.predict"`` (the pipeline's)."""
-    from nemori_dspy.optimizers.programs import PIPELINE_PATHS
+    from nemori_dspy.stages import PIPELINE_PATHS
 
     stage, _, rest = program_name.partition(".")
     return f"{PIPELINE_PATHS[stage]}.{rest}" if stage in PIPELINE_PATHS else program_name

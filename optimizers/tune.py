@@ -37,6 +37,7 @@ from nemori_dspy.optimizers.optimize import Budget, DevScore, make_optimizer, sc
 from nemori_dspy.optimizers.programs import (ConsolidateProgram, DistillProgram, EndToEndProgram, NarrateProgram,
                                              StageProgram, end_to_end_questions)
 from nemori_dspy.recording import StageRecord, read_records
+from nemori_dspy.stages import TUNABLE_STAGES
 from nemori_dspy.usage import Usage, UsageLedger
 
 __all__ = ["TUNABLE_STAGES", "OptimizeOptions", "StageResult", "parse_stages", "stage_program", "stage_examples",
@@ -44,8 +45,6 @@ __all__ = ["TUNABLE_STAGES", "OptimizeOptions", "StageResult", "parse_stages", "
 
 log = logging.getLogger(__name__)
 
-#: stages ``optimize`` can tune, in pipeline order (``anticipate+distill`` tunes both as one program).
-TUNABLE_STAGES = ("narrate", "anticipate", "distill", "anticipate+distill", "consolidate", "answer")
 #: ledger name the prompt/reflection model's calls are charged to (``UsageTrackingMixin.charge_stage``).
 REFLECTION_STAGE = "reflection"
 

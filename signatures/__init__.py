@@ -10,6 +10,7 @@ import json
 
 import dspy
 
+from nemori_dspy.stages import STAGE_TABLE
 from nemori_dspy.signatures.episodic import (IntegrateEpisodes, NarrateEpisode, NarrateEpisodes, PartitionMessages,
                                              SelectContinuation)
 from nemori_dspy.signatures.longmemeval import (
@@ -50,32 +51,27 @@ __all__ = [
     "JudgeLongMemEvalPreference",
     "JudgeLongMemEvalAbstention",
     "SIGNATURES",
+    "JUDGE_VARIANTS",
     "signature_hash",
     "signature_text",
 ]
 
-#: stage name → signature class (pipeline stages as in ``nemori_dspy.config.STAGES``; ``judge_strict`` is our
-#: stricter LoCoMo judge; the judge_lme_* are the LongMemEval_S per-type judges, Appendix D.4.2).
-SIGNATURES: dict[str, type[dspy.Signature]] = {
-    "partition": PartitionMessages,
-    "narrate": NarrateEpisode,
-    "select": SelectContinuation,
-    "integrate": IntegrateEpisodes,
-    "anticipate": AnticipateEpisode,
-    "distill": DistillPredictionError,
-    "consolidate": ConsolidateKnowledge,
-    "direct_distill": DistillDirect,
-    "narrate_batch": NarrateEpisodes,
-    "consolidate_batch": ConsolidateKnowledgeBatch,
-    "summarize": UpdateSummary,
-    "answer": AnswerQuestion,
-    "judge": JudgeAnswer,
+#: signatures the LoCoMo and LongMemEval judges run besides the ``judge`` stage's: ``judge_strict`` is our
+#: stricter LoCoMo judge, the judge_lme_* are the LongMemEval_S per-type judges (Appendix D.4.2).
+JUDGE_VARIANTS: dict[str, type[dspy.Signature]] = {
     "judge_strict": JudgeAnswerStrict,
     "judge_lme_default": JudgeLongMemEvalDefault,
     "judge_lme_temporal": JudgeLongMemEvalTemporal,
     "judge_lme_knowledge_update": JudgeLongMemEvalKnowledgeUpdate,
     "judge_lme_preference": JudgeLongMemEvalPreference,
     "judge_lme_abstention": JudgeLongMemEvalAbstention,
+}
+
+#: stage name → signature class: every stage of ``nemori_dspy.stages.STAGE_TABLE`` (its ``signature`` names the
+#: class), then the ``JUDGE_VARIANTS``.
+SIGNATURES: dict[str, type[dspy.Signature]] = {
+    **{s.name: globals()[s.signature] for s in STAGE_TABLE},
+    **JUDGE_VARIANTS,
 }
 
 

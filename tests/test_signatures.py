@@ -34,9 +34,29 @@ def test_narration_and_distillation_ask_for_absolute_dates():
 
 def test_hash_changes_when_the_instruction_changes():
     reworded = NarrateEpisode.with_instructions(NarrateEpisode.instructions + " Be brief.")
-    assert signature_hash(reworded) != signature_hash(NarrateEpisode)
-    assert signature_hash(NarrateEpisode) == signature_hash(NarrateEpisode)
     assert issubclass(reworded, dspy.Signature)
+    assert signature_hash(reworded) != signature_hash(NarrateEpisode)
+
+
+def test_hash_changes_when_a_field_changes():
+    base = signature_hash(NarrateEpisode)
+    redescribed = NarrateEpisode.with_updated_fields("narrative", desc="one sentence")
+    retyped = NarrateEpisode.with_updated_fields("narrative", type_=list[str])
+    extra = NarrateEpisode.append("mood", dspy.OutputField(desc="the speakers' mood"), type_=str)
+    assert len({base, signature_hash(redescribed), signature_hash(retyped), signature_hash(extra)}) == 4
+
+
+def test_hash_depends_on_the_prompt_text_only():
+    """A separately built class with the same instruction and fields (another name, another object) hashes the
+    same, so a construction cache key survives a refactor that does not change what the model reads."""
+    copy = NarrateEpisode.with_instructions(NarrateEpisode.instructions)
+    assert copy is not NarrateEpisode and signature_hash(copy) == signature_hash(NarrateEpisode)
+    renamed = type("RenamedNarrate", (NarrateEpisode,), {"__doc__": NarrateEpisode.instructions})
+    assert signature_hash(renamed) == signature_hash(NarrateEpisode)
+
+
+def test_every_prompt_hashes_apart():
+    assert len({signature_hash(sig) for sig in SIGNATURES.values()}) == len(set(SIGNATURES.values()))
 
 
 def test_no_prompt_quotes_benchmark_content():

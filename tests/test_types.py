@@ -41,14 +41,3 @@ def test_a_semantic_entry_with_one_event_bound_gets_both_and_renders_its_dates()
     assert render_fact(span) == "(2023-05-08 to 2023-06-02) Caroline adopted a dog."
     undated = SemanticEntry(id="s", user_id="u", text="Caroline adopted a dog.", created_at=datetime(2030, 1, 1))
     assert undated.event_start is None and render_fact(undated) == "Caroline adopted a dog."
-
-
-def test_dead_helpers_are_gone():
-    """``StoredMessage.render``, ``PredictorFactory`` and ``JudgeFn`` had no caller; prompts render messages
-    through ``nemori_dspy.formatting`` only."""
-    import nemori_dspy.eval.judge as judge
-    import nemori_dspy.modules.resources as resources
-    from nemori_dspy.types import StoredMessage
-
-    assert not hasattr(StoredMessage, "render")
-    assert not hasattr(resources, "PredictorFactory") and not hasattr(judge, "JudgeFn")

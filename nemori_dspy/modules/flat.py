@@ -17,7 +17,7 @@ import dspy
 
 from nemori_dspy.formatting import render_messages
 from nemori_dspy.modules.resources import Resources
-from nemori_dspy.modules.semantic import _clean_insights, _human_messages
+from nemori_dspy.modules.semantic import clean_insights, human_messages
 from nemori_dspy.types import Episode, SemanticEntry, span_union
 from nemori_dspy.usage import tally
 
@@ -70,20 +70,20 @@ class FlatSummaryDistillation(dspy.Module):
     def insights(self, episode: Episode, summary: str) -> list[str]:
         """K_in of the episode (noise removed as in ``SemanticDistillation.insights``); [] for noise only."""
         s = self.res.settings
-        content = _human_messages(episode.messages)
+        content = human_messages(episode.messages)
         if not content:
             tally("distill_skipped_noise_only")
             return []
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
                                s.message_timestamps)
         if s.distillation == "direct":
-            return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs)
+            return clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs)
         tally("evoke_calls")
         if not summary:
             tally("evoke_empty")
         predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
                                     known_facts=[summary] if summary else []).predicted_episode
-        return _clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights, msgs)
+        return clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights, msgs)
 
     def rewrite(self, summary: str, insights: list[str]) -> str:
         """P_sum(summary, insights), guarded: an empty reply, or one shorter than half the old summary, is

@@ -22,6 +22,7 @@ from ..predict import StagePredict, load_predictor_class
 from ..recording import current_recorder, stage_meta
 from ..signatures import SIGNATURES
 from ..signatures.demos import seed_demos
+from ..stages import BATCHED_STAGES, PIPELINE_PATHS
 from ..usage import tally
 from ..types import Episode, StoredMessage
 from .episodic import EpisodicIntegration, split_at_gaps
@@ -31,15 +32,13 @@ from .flat import FlatSummaryDistillation
 from .semantic import SemanticDistillation, dated_cue
 
 __all__ = ["BATCHED_STAGES", "NemoriPipeline", "ProcessReport", "stage_factory", "KNOWN_BEFORE_TOP_K",
-           "closed_segments"]
+           "closed_segments", "pipeline_stage", "pipeline_stage_owner"]
 
 #: semantic entries nearest an episode recorded as "already known" before its distillation (tuning data only).
 KNOWN_BEFORE_TOP_K = 10
 
 log = logging.getLogger(__name__)
 
-#: stages added after programs were first saved (cost switches, issue 10): a program without them still loads.
-BATCHED_STAGES = frozenset({"narrate_batch", "consolidate_batch"})
 
 
 def stage_factory(settings: NemoriSettings, stage_lms: dict[str, dspy.BaseLM] | None = None,
@@ -205,3 +204,34 @@ class NemoriPipeline(dspy.Module):
     def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
         """Answer ``question`` from the user's memory (the graph's inference entry point)."""
         return self.response(user_id=user_id, question=question, use_memory=use_memory)
+
+
+def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:
+    """The pipeline's ``StagePredict`` of ``stage``.
+
+    Raises:
+        ConfigError: unknown stage name, or a stage the pipeline's configuration does not run (e.g.
+            ``distill`` with ``distillation="direct"``: it has no such predictor).
+    """
+    if stage not in PIPELINE_PATHS:
+        raise ConfigError(f"unknown stage {stage!r}. Fix: use one of {', '.join(PIPELINE_PATHS)}.")
+    try:
+        found = pipeline_stage_owner(pipeline, PIPELINE_PATHS[stage])
+    except AttributeError:  # e.g. flat management's module has no consolidate at all
+        found = None
+    if found is None:
+        s = pipeline.res.settings
+        raise ConfigError(f"stage {stage!r} is not run by this configuration (distillation={s.distillation!r}, "
+                          f"consolidation={s.consolidation}, semantic_management={s.semantic_management!r}), so "
+                          f"the pipeline has no predictor for it. Fix: tune a stage it runs, or change "
+                          f"NEMORI_DISTILLATION / NEMORI_CONSOLIDATION / NEMORI_SEMANTIC_MANAGEMENT.")
+    return found
+
+
+def pipeline_stage_owner(pipeline: NemoriPipeline, owner_path: str) -> Any:
+    """The attribute at a dotted path of the pipeline (``"episodic"`` → ``pipeline.episodic``,
+    ``"episodic.narrate"`` → its narrate stage)."""
+    obj: Any = pipeline
+    for part in owner_path.split("."):
+        obj = getattr(obj, part)
+    return obj

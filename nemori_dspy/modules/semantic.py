@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..config import NemoriSettings
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
-           "predict_episode", "dated_cue"]
+           "predict_episode", "dated_cue", "clean_insights", "human_messages"]
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Consolidation:
         return False
 
 
-def _clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessage] | None = None) -> list[str]:
+def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessage] | None = None) -> list[str]:
     """The insights to store from a P_dis / Nemori-s reply: distinct, non-empty strings (bullets stripped);
     None or [] → [].
 
@@ -151,7 +151,7 @@ def _clean_insights(raw: object, messages: str = "", source: Sequence[StoredMess
 
 
 def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None]:
-    """(text to store or None, why): steps 1-4 of ``_clean_insights`` for one non-empty insight; ``why`` is a drop
+    """(text to store or None, why): steps 1-4 of ``clean_insights`` for one non-empty insight; ``why`` is a drop
     reason (``"noise"`` for machine noise), ``"attributed"``, or None for an insight kept as it is."""
     if is_noise_insight(insight):
         return None, "noise"
@@ -166,7 +166,7 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
     return fact, None if outcome == "kept" else outcome
 
 
-def _human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
+def human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
     """Messages with machine noise removed from their content; those left empty are dropped (counted)."""
     out = []
     for m in messages:
@@ -244,19 +244,19 @@ class SemanticDistillation(dspy.Module):
         episode of noise only is not distilled (no LLM call), and insights quoting noise are dropped.
         """
         s = self.res.settings
-        content = _human_messages(episode.messages)
+        content = human_messages(episode.messages)
         if not content:
             tally("distill_skipped_noise_only")
             return [], []
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
                                s.message_timestamps)
         if self.res.settings.distillation == "direct":
-            return _clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs, content), []
+            return clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs, content), []
         evoked = self.evoke(user_id, episode)
         predicted = predict_episode(self.anticipate, self.res.settings, dated_cue(episode),
                                     [render_fact(e) for e in evoked])
         found = self.distill(episode_messages=msgs, predicted_episode=predicted).insights
-        return _clean_insights(found, msgs, content), [e.text for e in evoked]
+        return clean_insights(found, msgs, content), [e.text for e in evoked]
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
         """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with

@@ -42,7 +42,8 @@ def test_batched_switches_add_their_predictors(tmp_path):
 
 def test_only_the_predictors_a_configuration_runs_are_in_the_program(tmp_path):
     from nemori_dspy.errors import ConfigError
-    from nemori_dspy.optimizers.programs import PIPELINE_PATHS, pipeline_stage
+    from nemori_dspy.modules.pipeline import pipeline_stage
+    from nemori_dspy.stages import PIPELINE_PATHS
 
     direct = _pipeline(tmp_path, distillation="direct", consolidation=False)
     names = {name for name, _ in direct.named_predictors()}
@@ -139,7 +140,7 @@ def test_a_conversation_re_sent_under_new_ids_adds_no_facts(tmp_path):
 
 def test_a_stage_flat_management_does_not_run_is_named_not_an_attribute_error(tmp_path):
     from nemori_dspy.errors import ConfigError
-    from nemori_dspy.optimizers.programs import pipeline_stage
+    from nemori_dspy.modules.pipeline import pipeline_stage
 
     flat = _pipeline(tmp_path, semantic_management="flat")
     assert pipeline_stage(flat, "summarize") is flat.semantic.summarize

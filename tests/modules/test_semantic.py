@@ -613,9 +613,9 @@ def test_a_greeting_copied_from_the_episode_is_dropped_as_no_fact(tmp_path, ledg
 
 
 def test_the_rendered_messages_alone_give_the_dates_for_callers_without_stored_messages():
-    from nemori_dspy.modules.semantic import _clean_insights
+    from nemori_dspy.modules.semantic import clean_insights
 
-    assert _clean_insights(["Sam: I quit the bakery"], "[2023-09-15 10:00]\nSam: I quit the bakery.") == [
+    assert clean_insights(["Sam: I quit the bakery"], "[2023-09-15 10:00]\nSam: I quit the bakery.") == [
         "Sam said on 2023-09-15: \u201cI quit the bakery.\u201d"]
 
 
@@ -683,7 +683,7 @@ def test_keeps_content_accepts_a_merge_that_keeps_both_facts():
 
 
 def test_relative_date_notes_are_not_stored_in_facts():
-    from nemori_dspy.modules.semantic import _clean_insights
+    from nemori_dspy.modules.semantic import clean_insights
 
-    assert _clean_insights(["Caroline went to a support group on 7 May 2023 (yesterday)."]) == [
+    assert clean_insights(["Caroline went to a support group on 7 May 2023 (yesterday)."]) == [
         "Caroline went to a support group on 7 May 2023."]
