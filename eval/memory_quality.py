@@ -1,4 +1,4 @@
-"""What built memory holds, measured against LoCoMo's own annotations, LLM-free (issue 19).
+"""What built memory holds, measured against LoCoMo's own annotations, LLM-free.
 
 LoCoMo gives gold *observations* per session and speaker (``observation``: facts written by gpt-3.5 for the
 dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory built for one conversation

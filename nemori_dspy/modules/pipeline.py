@@ -38,7 +38,7 @@ KNOWN_BEFORE_TOP_K = 10
 
 log = logging.getLogger(__name__)
 
-#: stages added after programs were first saved (cost switches, issue 10): a program without them still loads.
+#: stages added after programs were first saved (the batched cost switches): a program without them still loads.
 BATCHED_STAGES = frozenset({"narrate_batch", "consolidate_batch"})
 
 
