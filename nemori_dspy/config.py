@@ -124,7 +124,7 @@ ASSOCIATION_MIN_SIMILARITY = 0.70
 WINDOW_SIZE = 40
 
 
-#: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders not measured here.
+#: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders without a measured τ.
 PAPER_EVOKE_THRESHOLD = 0.70
 #: Default τ per embedder, from ``python -m benchmarks.evoke_threshold``: MiniLM's cosines are lower than
 #: text-embedding-3-small's, so the paper's 0.70 evokes almost nothing with it (figures in docs/decisions.md).
