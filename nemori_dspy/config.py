@@ -322,7 +322,8 @@ class NemoriSettings(BaseSettings):
     message_timestamps: Literal["per_message", "on_change"] = Field(
         default="on_change", description="how prompts date messages: '[YYYY-MM-DD HH:MM]' on every message (the "
         "paper's layout) or 'on_change': the stamp on a line of its own, shown again only where it changes. LoCoMo "
-        "dates a whole session with one time, so per-message stamps repeat one time on every line; every message is still dated by the stamp above it")
+        "dates a whole session with one time, so per-message stamps repeat one time on every line; every message "
+        "is still dated by the stamp above it")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")
