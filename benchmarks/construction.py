@@ -12,7 +12,7 @@ the eval's own memory building) and is charged its own LLM calls, tokens and cou
 that change only the answer context (``answer_context_tokens``) reuse the stores of the configuration they
 extend instead of building again. Per configuration it reports:
 
-* calls and tokens (input + output) per 100 turns, in all and per stage, beside the issue-10 targets;
+* calls and tokens (input + output) per 100 turns, in all and per stage, beside the cost targets;
 * evidence recall@k (k = 10 by default): share of a question's gold evidence turns inside the top-k retrieved
   episodes (``eval.metrics.evidence_recall_at_k``) — what P_ans can see;
 * answer coverage in memory: share of a gold answer's words found in the memory's narratives, cues and facts
@@ -23,8 +23,8 @@ With ``--answer`` every question of the slice (at most ``--max-questions`` per c
 category as ``eval locomo`` samples them: ``eval.locomo.stratified_questions``) is also answered through the eval's own path (``eval.runner.answer_and_score``: the configuration's answer context →
 P_ans) and scored with token F1 and, with ``--judge-model``, the LLM judge; each configuration's judge, F1 and
 evidence recall@k then get a mean with its 95% CI, side by side, and each row says whether its means lie inside
-the CIs of the first configuration (issue 10: the default within the paper-faithful configuration's CIs), and
-each configuration is paired with the first on the questions both answered (issue 19: the difference with its
+the CIs of the first configuration (the aim: the default within the paper-faithful configuration's CIs), and
+each configuration is paired with the first on the questions both answered (the difference with its
 paired bootstrap 95% CI and, for the judge, wins/losses and the exact McNemar p; ``eval.metrics.paired_stats``).
 Targets are printed for people to read; nothing is asserted on timings. Writes
 ``<out>/construction-<lm>-<time>.json`` with the table, every figure, the settings of each configuration and the
@@ -62,7 +62,7 @@ __all__ = ["CONFIGS", "TARGETS", "ConfigResult", "AnswerOptions", "run", "table"
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "synthetic_locomo.json"
 
-#: issue 10's targets: construction calls and tokens per 100 turns, answer context tokens.
+#: the cost targets: construction calls and tokens per 100 turns, answer context tokens.
 TARGETS = {"calls_per_100": 35, "tokens_per_100": 30_000, "context_tokens": 2_000}
 
 #: configuration name → (settings over PAPER_FAITHFUL, name of the configuration whose stores it reuses or None).

@@ -11,7 +11,7 @@ compares: an episode's ``emb(cue ‖ narrative)`` against the stored semantic en
 * for each τ: the share of episodes with a related earlier fact for which evocation returns at least one entry
   (P_ant runs, ``anticipate_without_facts`` off), the recall of the related facts within the top K_s = 10 above τ,
   and the mean number evoked. The suggested τ is the highest at which P_ant runs for ≥ ``TARGET_FIRING`` of them
-  (issue 19's target) — a higher τ evokes fewer unrelated entries.
+  (the target) — a higher τ evokes fewer unrelated entries.
 
 usage: python -m benchmarks.evoke_calibration --db <memory.sqlite3> --data <locomo10.json> [--conversations ...]
 """
@@ -29,7 +29,7 @@ __all__ = ["Probe", "probes", "sweep", "suggest", "main", "TARGET_FIRING", "TAUS
 
 #: K_s (§3.3.1).
 EVOKE_TOP_K = 10
-#: share of episodes with a related earlier fact for which P_ant must run (issue 19, "Done when").
+#: share of episodes with a related earlier fact for which P_ant must run (the target).
 TARGET_FIRING = 0.80
 TAUS = [round(t, 2) for t in np.arange(0.10, 0.71, 0.05)]
 

@@ -6,7 +6,7 @@ stage records), the hashing embedder and the SQLite store. The LM answers at onc
 (``nemori_dspy.testing.ScriptedLM``), so the rate is what the framework itself costs per message.
 
 usage: python -m benchmarks.framework_overhead [--conversations 4] [--messages 200] [--profile]
-(``--profile`` prints cProfile's top functions by cumulative time). Target: >= 1,000 msgs/s (issue 10).
+(``--profile`` prints cProfile's top functions by cumulative time). Target: >= 1,000 msgs/s.
 """
 
 from __future__ import annotations

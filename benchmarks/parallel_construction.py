@@ -3,7 +3,7 @@
 The LM (``nemori_dspy.testing.ScriptedLM``) sleeps ``--delay`` seconds per call, standing in for a model
 server's latency; everything else runs for real (pipeline, adapter, hashing embedder, one SQLite store shared
 by all users, per-user locks). With threads the sleeps overlap, so the speed-up says how little of the
-framework is serialised. Target: threads >= 8x faster than sequential at 10 conversations (issue 10).
+framework is serialised. Target: threads >= 8x faster than sequential at 10 conversations.
 
 usage: python -m benchmarks.parallel_construction [--conversations 10] [--messages 20] [--delay 0.2]
 """

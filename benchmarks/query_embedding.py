@@ -3,7 +3,7 @@
 Both routes of all-MiniLM-L6-v2 (``nemori_dspy.embedders``): sentence-transformers on torch and fastembed on
 ONNX Runtime (``<model folder>/onnx/`` from ``python -m nemori_dspy.onnx_export``). Each is loaded in this
 process, warmed up, then embeds ``--queries`` LoCoMo-style questions one by one; p50/p95 of a single call
-and the load time are printed beside the issue-10 target (p50 <= 8 ms for the query embedding inside a
+and the load time are printed beside the speed target (p50 <= 8 ms for the query embedding inside a
 search whose p50 is <= 8 ms). Also the cosine between the two routes' vectors (>= 0.999 required).
 
 usage: python -m benchmarks.query_embedding [--queries 200] [--backends torch,onnx,onnx-fastembed]

@@ -1,4 +1,4 @@
-"""What every benchmark of issue 10 shares: the machine description, the table with the target beside each
+"""What every speed and cost benchmark shares: the machine description, the table with the target beside each
 figure, and the JSON result file in ``benchmarks/results/``.
 
 Figures are printed for people and written to JSON for later comparison; nothing here asserts a timing.

@@ -13,7 +13,7 @@ index), then p50/p95 of warm searches, cosine-only and fused with the lexical ma
 The OS page cache is warm (the file was just written). "first search, rebuild" is the first search
 when the index files are missing (they are rebuilt from SQLite). With ``--embedder``, the answer path's
 retrieval is timed as the eval reports ``search_ms``: the default embedder embeds a LoCoMo-like question,
-then the fused search runs (``ResponseGeneration.retrieve``). Prints a table with issue 10's targets
+then the fused search runs (``ResponseGeneration.retrieve``). Prints a table with the speed targets
 beside the figures; writes JSON + the machine to benchmarks/results/store_search.json.
 """
 
@@ -33,7 +33,7 @@ from nemori_dspy.types import Episode, SemanticEntry
 
 __all__ = ["build", "measure", "measure_end_to_end", "questions", "main", "TARGETS"]
 
-#: issue 10: p50 ≤ 8 ms / p95 ≤ 15 ms at 10k entries per user, ≤ 20 ms at 100k; first search ≤ 100 ms at 100k.
+#: targets: p50 ≤ 8 ms / p95 ≤ 15 ms at 10k entries per user, ≤ 20 ms at 100k; first search ≤ 100 ms at 100k.
 TARGETS = {10_000: {"p50": 8.0, "p95": 15.0}, 100_000: {"p50": 20.0, "first": 100.0}}
 #: 3,000 random 4–9 letter words drawn uniformly: a query word occurs in ~0.5% of texts. Real text has
 #: common words and names that match far more often; the fused figure grows with the matches.

@@ -357,8 +357,7 @@ def stratified_questions(questions: list[LoCoMoQuestion], max_questions: int | N
 #: holds >= 25 episodes and top-10 retrieval must choose; 156 scored questions (multi-hop 37, temporal 33,
 #: open-domain 13, single-hop 73), 45 of them with evidence in two or more sessions (facts that recur or change
 #: between sessions). The smallest LoCoMo conversation with >= 25 sessions (the other seven have 28-32 sessions
-#: and 568-689 turns): at the main job's 11.3 s/turn the default would build it in ~96 min here (issue 19 item 4;
-#: an estimate, not yet a measured build).
+#: and 568-689 turns); its build time is estimated in docs/decisions.md.
 NAMED_SLICES: dict[str, tuple[tuple[str, ...], SessionSlice | None, str]] = {
     "memory": (("conv-49",), None,
                "conv-49, all sessions: 509 turns, 25 sessions (top-10 must choose among >= 25 episodes), "

@@ -1,4 +1,4 @@
-"""What built memory holds, measured against LoCoMo's own annotations, LLM-free (issue 19).
+"""What built memory holds, measured against LoCoMo's own annotations, LLM-free.
 
 LoCoMo gives gold *observations* per session and speaker (``observation``: facts written by gpt-3.5 for the
 dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory built for one conversation
@@ -59,11 +59,9 @@ __all__ = ["PAIRS_PATH", "VALIDATED", "COSINE_STRONG", "COSINE_MIN", "RECALL_MIN
 #: the matcher's validation set (hand-labelled; synthetic people and facts).
 PAIRS_PATH = Path(__file__).resolve().parents[1] / "tests" / "data" / "fact_match_pairs.jsonl"
 
-# Thresholds: a grid over the 71 pairs of PAIRS_PATH with all-MiniLM-L6-v2 (cosine_strong 0.60-0.95, cosine_min
-# 0.30-0.80, recall_min 0.30-0.90) found F1 >= 0.95 on a plateau of cosine_min 0.70-0.775 with recall_min
-# 0.30-0.50 and any cosine_strong >= 0.85; the values below sit inside it, not at its edge. Paraphrases score
-# cosine 0.78-0.97 with recall 0.5-1.0; another person, number, date or a negation often scores higher, which is
-# why the clash check comes first.
+# Thresholds: inside (not at the edge of) the F1 plateau of a grid over the 71 pairs of PAIRS_PATH with
+# all-MiniLM-L6-v2 (docs/decisions.md). The clash check comes first: another person, number, date or a negation
+# often scores a higher cosine than a paraphrase.
 #: cosine at or above which a candidate states the gold without further evidence (no clash).
 COSINE_STRONG = 0.90
 #: cosine and content-word recall a candidate needs together otherwise.

@@ -195,7 +195,7 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
                 futures = [pool.submit(contextvars.copy_context().run, one, conv) for conv in conversations]
                 for f in futures:
                     f.result()
-    from nemori_dspy.eval.memory_quality import memory_report  # issue 19: what the built memory holds
+    from nemori_dspy.eval.memory_quality import memory_report  # what the built memory holds
     out["memory"] = memory_report(provider, conversations, opts.systems)
     return out
 
@@ -458,7 +458,7 @@ def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | J
                  f"McNemar p)\n\n```\n{paired_text}\n```\n\n") if paired else ""
     (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n{audit_md}"
                                        f"## LLM usage per stage\n\n```\n{ledger.table(local)}\n```\n")
-    # stage activity (issue 19): calls per stage and guard firings per 100 turns built and per episode
+    # stage activity: calls per stage and guard firings per 100 turns built and per episode
     from nemori_dspy.eval.stage_activity import stage_activity, stage_activity_table
     cov = list(built["coverage"].values())
     summary["stage_activity"] = stage_activity(construction, summary["counters"], sum(c["messages"] for c in cov),
@@ -466,7 +466,7 @@ def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | J
     with (out_dir / "tables.md").open("a") as f:
         f.write(f"\n## Stage activity (construction)\n\n```\n{stage_activity_table(activity=summary['stage_activity'])}"
                 "\n```\n")
-    from nemori_dspy.eval.memory_quality import record_memory  # issue 19: the Memory table
+    from nemori_dspy.eval.memory_quality import record_memory  # the Memory table
     summary["memory"] = record_memory(built, out_dir / "tables.md")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return {**summary, "table": table, "usage_table": ledger.table(local), "rows": rows, "groups": groups,

@@ -1,5 +1,5 @@
 """Stage activity of memory construction: how often each Nemori stage ran, and how often a guard skipped or rewrote
-its work and why (issue 19, item 2). LLM-free: it reads a run's per-stage usage and its ledger counters.
+its work and why. LLM-free: it reads a run's per-stage usage and its ledger counters.
 
 A stage that never runs makes the method something else (0 P_sel, P_int and P_con calls and P_ant for 1 of 18
 episodes is Nemori-s with one narrative per session); the counters say which guard stopped it. Two tables:

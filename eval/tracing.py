@@ -11,7 +11,7 @@ module spans rather than on each call.
 
 ``trace_group`` opens the root span of one unit of work and links its trace to the eval's MLflow run
 (``mlflow.sourceRun``), with the conversation / question / system as trace tags, so a bad answer leads to
-the prompt and reply behind it. Cost: see the README ("MLflow") for seconds per 1,000 calls
+the prompt and reply behind it. Cost: see docs/measurements.md for seconds per 1,000 calls
 (``benchmarks/tracing_cost.py``).
 """
 

@@ -515,7 +515,7 @@ def _metrics(summary: dict[str, Any]) -> list[Any]:
     for name, audit in (summary.get("judge_audit") or {}).items():
         metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
     metrics["ingest_seconds"] = float(summary["ingest_seconds"])
-    from nemori_dspy.eval.memory_quality import memory_metrics  # issue 19: memory.<metric>
+    from nemori_dspy.eval.memory_quality import memory_metrics  # memory.<metric>
 
     metrics.update(memory_metrics(summary))
     if summary.get("stage_activity"):  # stage.<stage>.calls_per_100_turns / calls_per_episode, guard.<counter>.*

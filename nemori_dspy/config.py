@@ -29,14 +29,11 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 PARTITION_MIN_MESSAGES = 3
 
 #: P_par sees each message cut to this many characters (``partition_message_chars``). Where a topic changes shows
-#: in a message's opening words; LoCoMo turns average ~100 characters, so 160 keeps most whole and cuts the long
-#: ones (the tail of a 400-character story adds tokens, not boundaries). Issue 10: stages that need only cues are
-#: sent only cues.
+#: in a message's opening words, so 160 keeps most turns whole and cuts only long ones (docs/decisions.md).
 PARTITION_MESSAGE_CHARS = 160
 
-#: Default cap of the answer context in tokens (``answer_context_tokens``): issue 10's target (≤ 2,000 at no loss of
-#: score); the paper's k = 10, m = 20, r = 2 fill ~2.7k tokens (Table 4); narratives are kept first, then raw
-#: messages and facts by rank.
+#: Default cap of the answer context in tokens (``answer_context_tokens``): fewer tokens than the paper's k, m, r fill
+#: at no measured loss of score (docs/decisions.md); narratives are kept first, then raw messages and facts by rank.
 ANSWER_CONTEXT_TOKENS = 2000
 
 #: The paper's value of every method setting (§3.2-§4.1, Appendix D): ``NemoriSettings(**PAPER_FAITHFUL)`` is the
@@ -44,7 +41,7 @@ ANSWER_CONTEXT_TOKENS = 2000
 #: ``NemoriSettings`` is either here or in ``NOT_IN_PAPER``; a test checks it, so a new setting must record its
 #: paper value (or say why the paper has none).
 PAPER_FAITHFUL: dict[str, Any] = {
-    # cost switches (README "Cost switches")
+    # cost switches (docs/configuration.md, "Cost switches")
     "consolidation_mode": "per_insight", "narration_mode": "per_group", "partition_min_messages": 2,
     "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
     "partition_message_chars": None, "anticipate_without_facts": True, "consolidate_within_episode": True,
@@ -80,37 +77,27 @@ NOT_IN_PAPER: frozenset[str] = frozenset({
     "mlflow_tracking_uri", "mlflow_experiment", "mlflow_tracing",
 })
 
-#: Default cosine floor before P_con (``consolidation_min_similarity``, §3.3.3 guard), from ``python -m
-#: benchmarks.consolidation_floor`` on the 76 hand-written pairs of tests/data/consolidation_pairs.jsonl with
-#: all-MiniLM-L6-v2: 0.40 is the highest floor at which all 28 updates of one person's fact (cosine 0.41-0.94,
-#: median 0.76) and all 12 refinements reach P_con; 15 of 36 negatives leak (same person, other topic 9/12 — the
-#: name dominates MiniLM's cosine; other person 3/12; same template 3/12). At 0.50 (the earlier default) 2 updates
-#: were missed ("Noor wants to study medicine." → "... become an architect instead." 0.50) and 3 negatives leaked.
+#: Default cosine floor before P_con (``consolidation_min_similarity``, §3.3.3 guard): the highest floor at which every
+#: update and refinement of tests/data/consolidation_pairs.jsonl reaches P_con (``python -m
+#: benchmarks.consolidation_floor``; figures in docs/decisions.md).
 CONSOLIDATION_MIN_SIMILARITY = 0.40
 
 #: Default cosine floor on merge candidates (``association_min_similarity``, §3.2.3 guard): only earlier episodes at
-#: or above it reach P_sel. Measured by ``python -m benchmarks.association_guard --unit summary|window``
-#: (all-MiniLM-L6-v2, locomo10.json, 788 session pairs one question's evidence joins vs 2,875 it does not): MiniLM's cosine barely
-#: tells them apart (AUC 0.55 on session summaries, 0.57 on 10-turn windows), so the floor only thins the
-#: candidates and P_sel decides the rest. At 0.70 the top K_e = 5 keep 86% (summaries) / 70% (windows) of the
-#: continuations, 62% / 36% of all unrelated pairs pass it, and 6% / 15% of later sessions have no candidate left (no P_sel
-#: call). 0.70 is the summary proxy's suggestion (highest floor keeping >= 80% of the continuations); windows
-#: suggest 0.65.
+#: or above it reach P_sel. The floor only thins the candidates (MiniLM barely separates continuations from
+#: unrelated sessions) and P_sel decides the rest; 0.70 keeps most continuations (``python -m
+#: benchmarks.association_guard``; figures in docs/decisions.md).
 ASSOCIATION_MIN_SIMILARITY = 0.70
 
-#: Default w (``window_size``). The paper uses 20 and reports the score flat for w from 5 to 40 (Table 11). With
-#: ``hold_open_segment`` a window ends at a time gap, so w only bounds one conversation's run: at 20 a LoCoMo
-#: session (22 turns on average in sessions 1-3) was still cut in two, and each cut cost a P_par call and a
-#: P_sel + P_int merge; at 40 the 15 sessions of the benchmark slice form 15 segments (23 at w = 20).
+#: Default w (``window_size``): the top of the paper's flat range (Table 11). With ``hold_open_segment`` a window
+#: ends at a time gap, so w only bounds one conversation's run, and 40 rarely cuts a LoCoMo session in two
+#: (docs/decisions.md).
 WINDOW_SIZE = 40
 
 
-#: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders not measured here.
+#: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders without a measured τ.
 PAPER_EVOKE_THRESHOLD = 0.70
-#: Default τ per embedder, from ``python -m benchmarks.evoke_threshold`` on locomo10.json (289 episodes around a
-#: later evidence turn, 611 earlier facts they should evoke): with all-MiniLM-L6-v2 an episode's median cosine to
-#: a fact it should evoke is 0.39, so τ = 0.70 evoked nothing for 96.2% of episodes (recall 0.2%); F1 is flat
-#: from 0.20 to 0.40 (9.1-9.3) and falls after, 0.40 keeps recall 23.1% with nothing evoked for 3.5%.
+#: Default τ per embedder, from ``python -m benchmarks.evoke_threshold``: MiniLM's cosines are lower than
+#: text-embedding-3-small's, so the paper's 0.70 evokes almost nothing with it (figures in docs/decisions.md).
 EVOKE_THRESHOLDS = {"text-embedding-3-small": PAPER_EVOKE_THRESHOLD, "openai/text-embedding-3-small": PAPER_EVOKE_THRESHOLD,
                     "all-MiniLM-L6-v2": 0.40, "sentence-transformers/all-MiniLM-L6-v2": 0.40}
 
@@ -178,15 +165,12 @@ class NemoriSettings(BaseSettings):
     local_memory_model: Literal["0.5b", "1.5b"] | None = Field(
         default="1.5b", description="with model='local': the embedded model size that writes memory, every stage in "
         "MEMORY_WRITING_STAGES (all construction stages but P_par), unless stage_lms names a model for one; it shares "
-        "a server with a local judge of that size. The 0.5B model echoes field descriptions, misattributes who said "
-        "what, picks candidate 1 in every P_sel and answers 'conflict' in every P_con (README 'What memory holds'). "
+        "a server with a local judge of that size (the 0.5B model writes poor memory). "
         "None = the main model for every stage")
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
     flash_attn: bool = Field(default=True, description="embedded llama.cpp server: flash attention (--flash_attn); "
-                             "on the 0.5B model here an answer-like call (1,900 prompt + 30 output tokens) took "
-                             "0.91x the wall time, a narrate-like one (700 + 250) 1.04x (farm-bench pairs, quiet "
-                             "machine)")
+                             "part of the memory key, since outputs are not bit-identical")
     server_port: int | None = Field(default=None, description="port of the embedded server; None = a free one")
 
     # --- embedder
@@ -217,9 +201,7 @@ class NemoriSettings(BaseSettings):
     association_top_k: int = Field(default=5, ge=1, description="K_e: candidate episodes for merging (§3.2.3)")
     association_max_gap_hours: float | None = Field(
         default=None, ge=0, description="our addition: only episodes within this many hours of the new one are "
-        "merge candidates; None (default) = the paper's behaviour. 24 h removed every cross-session candidate on "
-        "LoCoMo (its shortest gap between sessions is 28 h), so P_sel/P_int never ran; association_min_similarity "
-        "is the guard now")
+        "merge candidates; None (default) = the paper's behaviour; association_min_similarity is the guard now")
     association_min_similarity: float | None = Field(
         default=ASSOCIATION_MIN_SIMILARITY, ge=-1.0, le=1.0, description="our addition: only earlier episodes "
         "with cosine >= this to the new episode (v = emb(cue ‖ narrative)) go to P_sel as merge candidates; none "
@@ -240,7 +222,7 @@ class NemoriSettings(BaseSettings):
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
     lexical_weight: float = Field(
-        default=0.3, ge=0.0, le=1.0, description="our addition (issue 12): weight w of the lexical match in the "
+        default=0.3, ge=0.0, le=1.0, description="our addition: weight w of the lexical match in the "
         "answer-path search: episodes/facts are ranked by (1-w)·cosine + w·BM25 over a trigram index (works for "
         "Chinese/Japanese/Korean as for English), each min-max normalised over its candidates (relative score "
         "fusion; Weaviate hybrid alpha = 1-w); construction searches stay cosine only. 0 = the paper's vector-only search")
@@ -267,7 +249,7 @@ class NemoriSettings(BaseSettings):
         "example(s) (signatures/demos.py: invented people, no LoCoMo text) as DSPy demos, which an optimizer may "
         "replace; zero-shot, the small model echoes field descriptions and copies chat lines. False = the paper's "
         "zero-shot prompts (Appendix D)")
-    # --- cost switches (README "Cost switches"; PAPER_FAITHFUL holds the paper's value of each)
+    # --- cost switches (docs/configuration.md "Cost switches"; PAPER_FAITHFUL holds the paper's value of each)
     consolidation_mode: Literal["per_insight", "batched"] = Field(
         default="per_insight", description="P_con per insight (the paper, §3.3.3) or 'batched': every insight of "
         "an episode that has candidates above consolidation_min_similarity in one call, one decision per insight "
@@ -310,8 +292,8 @@ class NemoriSettings(BaseSettings):
     message_timestamps: Literal["per_message", "on_change"] = Field(
         default="on_change", description="how prompts date messages: '[YYYY-MM-DD HH:MM]' on every message (the "
         "paper's layout) or 'on_change': the stamp on a line of its own, shown again only where it changes. LoCoMo "
-        "dates a whole session with one time, so a 20-message window repeated one stamp 20 times, ~18 tokens each "
-        "(38% of P_par's messages); every message is still dated by the stamp above it")
+        "dates a whole session with one time, so per-message stamps repeat one time on every line; every message "
+        "is still dated by the stamp above it")
     max_message_chars: int = Field(default=4000, gt=0, description="longer messages are cut for prompts and the embedder (noted)")
     max_prompt_chars: int = Field(default=12000, gt=0, description="budget for the messages or context one prompt carries "
                                   "(≈3k tokens at ~4 chars/token, the paper's answer context is ~2.7k tokens, Table 4)")

@@ -301,9 +301,8 @@ class OnnxMiniLMEmbedder:
     def _single(self, text: str) -> np.ndarray:
         """One text through the same ``model.onnx`` with ONNX Runtime directly (``threads`` intra-op threads, the
         machine's cores by default): tokenize, run, mean-pool over the attention mask, L2-normalise — what
-        fastembed does for this model, without its batching machinery. Measured on 2 cores: p50 2.13 vs 2.17 ms
-        through fastembed on a quiet machine (``benchmarks.query_embedding``), 12 vs 24 ms in a run with both cores
-        busy with a llama.cpp server; the vectors agree to cosine > 0.9999 (``tests/test_embedders.py``)."""
+        fastembed does for this model, without its batching machinery, so one query costs less than through
+        fastembed (``benchmarks.query_embedding``; docs/decisions.md); the vectors agree to cosine > 0.9999 (``tests/test_embedders.py``)."""
         if self._one is None:
             import onnxruntime as ort
             from tokenizers import Tokenizer

@@ -1,9 +1,9 @@
 """Deterministic rules for insights that are chat lines, copies or questions rather than facts, applied to P_dis /
-Nemori-s insights (our addition, issues 10 and 19).
+Nemori-s insights (our addition).
 
 A small distiller often copies chat lines instead of distilling knowledge: ``"Caroline: Hey Mel! Good to
 see you!"``, ``"I quit the bakery."``. Dropping every such line left semantic memory empty in six of eight short
-conversations (issue 19), though many carry a fact. The rules, where they are reliable:
+conversations, though many carry a fact. The rules, where they are reliable:
 
 * **question**: the insight ends with ``?``: a question states no fact (dropped);
 * **chat line**: it starts with ``<speaker>:`` for a speaker of the episode (the message format, never a

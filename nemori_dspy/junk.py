@@ -1,4 +1,4 @@
-"""What is junk in memory: echoes of the prompts, placeholders and fragments (issue 19). LLM-free, deterministic.
+"""What is junk in memory: echoes of the prompts, placeholders and fragments. LLM-free, deterministic.
 
 A small model fills a reply it cannot write with what the prompt showed it: the P_nar ``narrative`` field's
 description word for word (``"A faithful third-person account of what happened and what was said, naming the

@@ -5,7 +5,7 @@ The paper's narration and distillation prompts ask the LLM to turn relative date
 built with it cannot answer LoCoMo's temporal questions. ``annotate_relative_dates`` writes the absolute
 date in place of each relative expression it recognises, keeping the original words in brackets —
 ``in the week of 17 May 2023 (last week)`` — before the text reaches a prompt, so any model can copy it
-(measured with the 0.5B narrator: a trailing ``(= …)`` note was dropped, the absolute-first form was kept). The date arithmetic is ``dateparser``'s; this module
+(a small narrator drops a trailing ``(= …)`` note but keeps the absolute-first form). The date arithmetic is ``dateparser``'s; this module
 only finds the expressions (``dateparser.search`` misses "last week" and reads "we"/"may" as dates).
 """
 

@@ -2,7 +2,7 @@
 
 The paper's prompts are zero-shot (Appendix D). A small local model given only the instruction echoes a field
 description back or copies a chat line as the narrative; one worked example of the reply it should write fixes
-the format far more cheaply than a larger model (README "What memory holds"). The people and events here are
+the format far more cheaply than a larger model (docs/decisions.md). The people and events here are
 invented for this project (no LoCoMo text). They are ordinary DSPy demos (``predictor.demos``): an optimizer
 replaces them, ``save()`` writes them, and ``seed_demos=False`` (the paper's value) leaves every stage zero-shot.
 

@@ -84,7 +84,7 @@ _MINILM = find_minilm_dir(None)
 # a model download, not test data: ~/.cache/nemori-offline-models/all-MiniLM-L6-v2 (or $NEMORI_OFFLINE_MODELS) is
 # filled by .ci/setup from ../shared, or by hand from the Hub (sentence-transformers/all-MiniLM-L6-v2)
 @pytest.mark.skipif(_MINILM is None, reason="model download: local all-MiniLM-L6-v2 folder not found "
-                    "(~/.cache/nemori-offline-models or $NEMORI_OFFLINE_MODELS; see README 'Run the tests')")
+                    "(~/.cache/nemori-offline-models or $NEMORI_OFFLINE_MODELS; see docs/evaluation.md)")
 def test_sentence_transformer_minilm():
     from nemori_dspy.embedders import SentenceTransformerEmbedder
 

@@ -459,7 +459,7 @@ class EpisodicIntegration(dspy.Module):
         current: dict[str, Episode] = {}    # stored id (or earlier merged id) → its latest version
         superseded: list[str] = []
         # every P_nar call before any P_sel/P_int: consecutive calls of one stage share their instruction prefix,
-        # which the llama.cpp server reuses from the previous prompt (README "Cost switches")
+        # which the llama.cpp server reuses from the previous prompt (docs/configuration.md, "Cost switches")
         for ep in self.narrate_groups(user_id, self.split(messages), window):
             hits = self.res.store.search_episodes(user_id, ep.vector, s.association_top_k, before_window=window)
             target = self.choose(ep, association_candidates(ep, hits, current, s))

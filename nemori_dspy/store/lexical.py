@@ -1,7 +1,7 @@
 """Lexical retrieval beside the vector search: query terms for a trigram index and score fusion.
 
 Why: the default embedder (all-MiniLM-L6-v2) is English-only, so for a Chinese query its cosine can
-rank an unrelated episode first (issue 12). Both stores therefore also match the query's words in
+rank an unrelated episode first. Both stores therefore also match the query's words in
 the stored text with a **trigram** index (SQLite FTS5 ``tokenize='trigram'``; Weaviate
 ``Tokenization.TRIGRAM``), which needs no word segmentation and so works for CJK as for English.
 
@@ -26,7 +26,7 @@ import numpy as np
 __all__ = ["LexicalQuery", "lexical_query", "weighted_fusion", "CANDIDATES_PER_K", "MIN_CANDIDATES", "STOPWORDS",
            "DEFAULT_LEXICAL_WEIGHT", "lexical_text"]
 
-#: default w (``NemoriSettings.lexical_weight``); chosen on the synthetic fixtures (README, Retrieval).
+#: default w (``NemoriSettings.lexical_weight``); chosen on the synthetic fixtures (docs/configuration.md, Retrieval).
 DEFAULT_LEXICAL_WEIGHT = 0.3
 
 #: each signal's candidate list holds max(CANDIDATES_PER_K * k, MIN_CANDIDATES) records: wide enough

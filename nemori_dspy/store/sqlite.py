@@ -1,13 +1,13 @@
 """Embedded default store: one SQLite file (stdlib ``sqlite3``, WAL) plus exact numpy cosine top-k.
 
-Measured on this machine (issue 2): numpy exact top-10 over 50k×384 vectors ≈ 7 ms, faster than
-sqlite-vec, LanceDB or Qdrant local mode, and exact. Vectors are float32 BLOBs, L2-normalised on
+Exact numpy top-k: faster than sqlite-vec, LanceDB or Qdrant local mode at these sizes, and exact
+(docs/decisions.md). Vectors are float32 BLOBs, L2-normalised on
 write. The search index (``vector_index.VectorIndex``) is a per-user float32 matrix in append-only,
 memory-mapped files beside the database (``<db>.index/``), updated incrementally when that user's
 ``generation`` counter changes (so another process's writes are seen) by reading only the rows
 written since; opening a store reads no vector blob (benchmarks/store_search.py).
 
-Lexical retrieval (issue 12): episodes (cue, narrative and raw messages) and semantic entries are
+Lexical retrieval: episodes (cue, narrative and raw messages) and semantic entries are
 also in an FTS5 table with the ``trigram`` tokenizer (works for CJK without word segmentation);
 with a query text and ``lexical_weight`` > 0 its BM25 ranking is fused with the cosine ranking
 (``lexical.weighted_fusion``) and the fused value is the result's score. Queries of 1–2 CJK characters, which a trigram index cannot

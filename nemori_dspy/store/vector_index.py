@@ -37,8 +37,7 @@ def cosines(matrix: np.ndarray, unit: np.ndarray) -> np.ndarray:
     """``matrix @ unit`` (float32, shape (n,)) on one BLAS thread.
 
     A matrix-vector product is memory-bound: BLAS's threads gain nothing and, on a machine whose cores
-    are busy, wait for each other (measured here: 10k×384 took ~11 ms with OpenBLAS's threads under
-    load, ~1 ms on one). The limit is scoped to this product (threadpoolctl, ~0.05 ms)."""
+    are busy, wait for each other (docs/decisions.md). The limit is scoped to this product (threadpoolctl, ~0.05 ms)."""
     global _BLAS
     if _BLAS is None:
         from threadpoolctl import ThreadpoolController

@@ -39,7 +39,7 @@ other messages are re-buffered with ``requeue_step = k``. A message is therefore
 ``processed_step > N`` or ``requeue_step <= N < reprocessed_step`` (re-processing it sets
 ``reprocessed_step``). ``metadata`` is the message's JSON-encoded metadata object.
 
-Lexical retrieval (issue 12): episodes and semantic entries carry a ``lexical`` property (cue,
+Lexical retrieval: episodes and semantic entries carry a ``lexical`` property (cue,
 narrative and raw messages; or the fact's text) with ``Tokenization.TRIGRAM`` (works for CJK without
 word segmentation). A search given a ``query`` text with ``lexical_weight`` w > 0 is a hybrid search
 (BM25 on ``lexical`` + our vector, ``alpha = 1 - w``, ``HybridFusion.RELATIVE_SCORE``; the closest

@@ -296,7 +296,7 @@ def test_an_episode_narrated_without_a_cue_is_labelled_by_its_narrative_start(tm
     assert ep.cue == narrative.strip()[:CUE_FALLBACK_CHARS] and len(ep.cue) == CUE_FALLBACK_CHARS < len(ep.narrative)
 
 
-# --- cost switches of episodic integration (README "Cost switches")
+# --- cost switches of episodic integration (docs/configuration.md "Cost switches")
 def _run(tmp_path, responders, n=20, **settings):
     lm = ScriptedLM(responders)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
