@@ -16,7 +16,7 @@ import threading
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from .config import NemoriSettings
 from .embedders import Embedder
@@ -108,14 +108,20 @@ def _parse_messages(messages: Iterable[Message | dict]) -> list[Message]:
     return out
 
 
-class AddResult(dict):
-    """Result of ``add_messages``: ``accepted`` (count of new messages), ``duplicates`` (count of
-    messages already stored, or repeated in the batch), ``ids`` (message ids stored by this call, in
-    arrival order), ``duplicate_ids`` (ids skipped as duplicates, in batch order), ``pending``
-    (buffered after processing) and ``report`` (a ``ProcessReport`` or None). A message without an
-    id gets ``h`` + a content hash (``store.sqlite.message_key``)."""
+class AddResult(BaseModel):
+    """What ``Memory.add_messages`` returns: what was stored, what was skipped, what still waits.
 
-    __getattr__ = dict.__getitem__
+    A message without an id is stored under ``h`` + a content hash (``store.sqlite.message_key``), and
+    that is the id listed here.
+    """
+
+    accepted: int = Field(ge=0, description="new messages stored by this call")
+    duplicates: int = Field(ge=0, description="messages already stored, or repeated within the batch")
+    ids: list[str] = Field(default_factory=list, description="ids of the messages stored by this call, in arrival order")
+    duplicate_ids: list[str] = Field(default_factory=list,
+                                     description="ids of the messages skipped as duplicates, in batch order")
+    pending: int = Field(ge=0, description="messages of the user still buffered (not in an episode) after the call")
+    report: ProcessReport | None = Field(default=None, description="what processing did; None with process=False")
 
 
 class Memory:

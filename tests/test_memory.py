@@ -661,7 +661,7 @@ def test_memories_in_concurrent_threads_and_async_calls_keep_their_own_ledger(tm
 
 
 def test_background_worker_threads_charge_the_memory(tmp_path):
-    from nemori_dspy.serving.worker import BackgroundProcessor
+    from nemori_dspy.apps.serving.worker import BackgroundProcessor
 
     lm = ScriptedLM(default_responders())
     mem = Memory(SQLiteStore(tmp_path / "w.db"), HashingEmbedder(64), NemoriSettings(window_size=10))

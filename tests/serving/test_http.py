@@ -14,8 +14,8 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.memory import Memory
-from nemori_dspy.serving.http import Limits, check_bind, create_app, user_token
-from nemori_dspy.serving.worker import BackgroundProcessor
+from nemori_dspy.apps.serving.http import Limits, check_bind, create_app, user_token
+from nemori_dspy.apps.serving.worker import BackgroundProcessor
 from nemori_dspy.store.sqlite import SQLiteStore
 from tests.fakes import ScriptedLM, default_responders
 

@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import dspy
 
-from ..errors import NemoriError
-from ..memory import Memory
+from ...errors import NemoriError
+from ...memory import Memory
 
 __all__ = ["BackgroundProcessor"]
 

@@ -32,11 +32,11 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import (ConfigError, InvalidInputError, LLMError, NemoriError, NotFoundError, StoreError,
+from ...errors import (ConfigError, InvalidInputError, LLMError, NemoriError, NotFoundError, StoreError,
                       UnknownUserError)
-from ..memory import Memory, validate_user_id
-from ..tools import search_payload
-from ..types import MetadataValue
+from ...memory import Memory, validate_user_id
+from ...tools import search_payload
+from ...types import MetadataValue
 from .worker import BackgroundProcessor
 
 __all__ = ["create_app", "Limits", "check_bind", "user_token"]
@@ -261,7 +261,7 @@ def create_app(memory: Memory, processor: BackgroundProcessor, token: str | None
         res = memory.add_messages(user_id, rows, process=False)
         if res.pending:
             processor.schedule(user_id)
-        return {k: res[k] for k in ("accepted", "duplicates", "ids", "duplicate_ids", "pending")}
+        return res.model_dump(exclude={"report"})
 
     @r.post("/users/{user_id}/flush", status_code=202, tags=["messages"])
     def flush(user_id: str = Depends(user_path),
