@@ -4,6 +4,11 @@ Routes live under ``/v1``; the user id is a path segment, so every route reads a
 user's memory only (records are looked up by (user, id): another user's episode id is a 404).
 OpenAPI docs: ``/docs`` and ``/openapi.json``.
 
+The routes are grouped in ``APIRouter``s by tag (``ROUTERS``); handlers get the served memory, worker
+and limits through dependency functions (``get_memory``, ``get_processor``, ``get_limits``) that read
+the app's ``Served`` (``app.state.served``), and ``authorize`` / ``user_path`` guard every user route.
+``create_app`` builds one app and mounts the routers.
+
 Auth: ``Authorization: Bearer <token>``. The server token (``NEMORI_API_TOKEN``) opens every
 route; a *user token* (``user_token(server_token, user_id)``, printed by ``nemori-dspy serve token
 --user U``) opens only ``/v1/users/U/...``, for handing to an agent that acts for one user.
@@ -24,7 +29,7 @@ import ipaddress
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,7 +44,8 @@ from ...tools import search_payload
 from ...types import MetadataValue
 from .worker import BackgroundProcessor
 
-__all__ = ["create_app", "Limits", "check_bind", "user_token"]
+__all__ = ["create_app", "Limits", "check_bind", "user_token", "ROUTERS", "Served", "served", "get_memory",
+           "get_processor", "get_limits", "authorize", "user_path"]
 
 log = logging.getLogger(__name__)
 
@@ -173,12 +179,242 @@ class _BodyLimit:
         await resp(scope, receive, send)
 
 
-# --------------------------------------------------------------------------- the app
+# --------------------------------------------------------------------------- dependencies
+@dataclass(frozen=True)
+class Served:
+    """What one app serves, kept on ``app.state.served``: read by the dependency functions below."""
+
+    memory: Memory
+    processor: BackgroundProcessor
+    token: str | None
+    limits: Limits
+
+
+def served(request: Request) -> Served:
+    """Dependency: the ``Served`` of the app handling ``request``."""
+    return request.app.state.served
+
+
+def get_memory(request: Request) -> Memory:
+    """Dependency: the served ``Memory``."""
+    return served(request).memory
+
+
+def get_processor(request: Request) -> BackgroundProcessor:
+    """Dependency: the background worker over the served memory."""
+    return served(request).processor
+
+
+def get_limits(request: Request) -> Limits:
+    """Dependency: the app's request limits."""
+    return served(request).limits
+
+
+_bearer = HTTPBearer(auto_error=False, description="server token (NEMORI_API_TOKEN) or a per-user token")
+
+
+def authorize(request: Request, cred: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """Dependency: pass with the server token, or with the user token of the path's ``user_id``.
+
+    Raises:
+        _AuthError: 401 (missing or wrong token) or 403 (a user token on another user's route).
+    """
+    token = served(request).token
+    if not token:
+        return
+    given = cred.credentials if cred is not None else ""
+    if hmac.compare_digest(given.encode(), token.encode()):
+        return
+    user = request.path_params.get("user_id")
+    if user is not None and given.startswith("nu_") and hmac.compare_digest(given, user_token(token, user)):
+        return
+    code, why = ((403, "this token is for another user") if given.startswith("nu_") and user is not None
+                 else (401, "missing or wrong bearer token"))
+    raise _AuthError(code, why)
+
+
+def user_path(user_id: str = Path(description="the user whose memory this is (1-256 characters, no "
+                                              "control characters, no '/')")) -> str:
+    """Dependency: the path's ``user_id``, validated (``InvalidInputError`` → 422)."""
+    return validate_user_id(user_id)
+
+
+MemoryDep = Annotated[Memory, Depends(get_memory)]
+ProcessorDep = Annotated[BackgroundProcessor, Depends(get_processor)]
+LimitsDep = Annotated[Limits, Depends(get_limits)]
+UserId = Annotated[str, Depends(user_path)]
+_AUTH = [Depends(authorize)]
+
+
 def _public(model: BaseModel) -> dict[str, Any]:
     """A record as JSON without its embedding vector."""
     return model.model_dump(mode="json", exclude={"vector"})
 
 
+def _user_status(memory: Memory, processor: BackgroundProcessor, user_id: str) -> dict[str, Any]:
+    st = memory.status(user_id)
+    st.pop("counters", None)  # the whole memory's figures (all users): not one user's business
+    return {**st, **processor.state(user_id)}
+
+
+# --------------------------------------------------------------------------- routers
+server_router = APIRouter(prefix="/v1", tags=["server"])
+
+
+@server_router.get("/health")
+def health() -> dict[str, Any]:
+    """Liveness: no auth, no user data."""
+    return {"ok": True}
+
+
+@server_router.get("/status", dependencies=_AUTH)
+def server_status(processor: ProcessorDep, limits: LimitsDep) -> dict[str, Any]:
+    """Worker figures (no user ids or counts of other users' data)."""
+    return {"ok": True, "worker": processor.summary(), "limits": limits.__dict__}
+
+
+messages_router = APIRouter(prefix="/v1/users/{user_id}", tags=["messages"], dependencies=_AUTH)
+
+
+@messages_router.post("/messages", status_code=202)
+def add_messages(body: AddMessagesIn, user_id: UserId, memory: MemoryDep, processor: ProcessorDep,
+                 limits: LimitsDep) -> dict[str, Any]:
+    """Store messages durably (idempotent on message id) and return at once; memory is built in
+    the background, in order. 202 with ``accepted``, ``duplicates``, ``ids``, ``duplicate_ids``, ``pending``."""
+    if len(body.messages) > limits.max_messages:
+        raise _TooMany(len(body.messages), limits.max_messages)
+    for i, m in enumerate(body.messages):
+        if len(m.content) > limits.max_message_chars:
+            raise InvalidInputError(f"messages[{i}].content", f"is {len(m.content)} characters, more than "
+                                    f"{limits.max_message_chars}", "split the message or shorten it")
+    rows = [m.model_dump(exclude_none=True) for m in body.messages]
+    res = memory.add_messages(user_id, rows, process=False)
+    if res.pending:
+        processor.schedule(user_id)
+    return res.model_dump(exclude={"report"})
+
+
+@messages_router.post("/flush", status_code=202)
+def flush(user_id: UserId, memory: MemoryDep, processor: ProcessorDep,
+          wait: bool = Query(False, description="wait until processing is done (up to timeout_s)"),
+          timeout_s: float = Query(300.0, gt=0, le=3600)) -> dict[str, Any]:
+    """Process every buffered message, even a partial window (end of a conversation), in the background."""
+    if not memory.store.user_exists(user_id):
+        raise UnknownUserError(user_id)
+    scheduled = processor.schedule(user_id, force=True)
+    done = processor.wait_idle(user_id, timeout_s) if wait and scheduled else False
+    return {"scheduled": scheduled, "done": done, **_user_status(memory, processor, user_id)}
+
+
+@messages_router.delete("/messages/{message_id}")
+def delete_message(message_id: str, user_id: UserId, memory: MemoryDep, processor: ProcessorDep) -> dict[str, Any]:
+    """Forget one message and what was derived from it only; the rest of its episode is re-processed."""
+    out = memory.delete_message(user_id, message_id)
+    if out["requeued"]:
+        processor.schedule(user_id)
+    return {"deleted": message_id, **out}
+
+
+users_router = APIRouter(prefix="/v1/users/{user_id}", tags=["users"], dependencies=_AUTH)
+
+
+@users_router.get("/status")
+def user_status(user_id: UserId, memory: MemoryDep, processor: ProcessorDep) -> dict[str, Any]:
+    """Counts (messages, pending, episodes, semantic, to_distill), parked work and processing state."""
+    return _user_status(memory, processor, user_id)
+
+
+@users_router.delete("")
+def delete_user(user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
+    """Delete everything stored for the user."""
+    memory.delete_user(user_id)
+    return {"deleted": user_id}
+
+
+query_router = APIRouter(prefix="/v1/users/{user_id}", tags=["query"], dependencies=_AUTH)
+
+
+@query_router.post("/search")
+def search(body: SearchIn, user_id: UserId, memory: MemoryDep, processor: ProcessorDep,
+           limits: LimitsDep) -> dict[str, Any]:
+    """Top-k episodes and semantic entries by similarity (an unknown user gets empty lists)."""
+    _check_query("query", body.query, limits)
+    with processor.dspy_context():
+        res = memory.search(user_id, body.query, body.top_k, body.semantic_top_k, body.metadata)
+    return search_payload(res, chars=limits.max_message_chars)
+
+
+@query_router.post("/answer")
+def answer(body: AnswerIn, user_id: UserId, memory: MemoryDep, processor: ProcessorDep,
+           limits: LimitsDep) -> dict[str, Any]:
+    """Answer a question from the user's memory (one LLM call)."""
+    _check_query("question", body.question, limits)
+    with processor.dspy_context():
+        res = memory.answer(user_id, body.question)
+    return {"answer": res.answer, "context": res.context, "retrieved": search_payload(res.retrieved),
+            "usage": res.usage.model_dump()}
+
+
+episodes_router = APIRouter(prefix="/v1/users/{user_id}/episodes", tags=["episodes"], dependencies=_AUTH)
+
+
+@episodes_router.get("")
+def list_episodes(user_id: UserId, memory: MemoryDep, offset: int = Query(0, ge=0),
+                  limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+    """Live episodes, oldest first, with their raw messages."""
+    eps = memory.list_episodes(user_id)
+    return {"total": len(eps), "episodes": [_public(e) for e in eps[offset:offset + limit]]}
+
+
+@episodes_router.get("/{episode_id}")
+def get_episode(episode_id: str, user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
+    return _public(memory.get_episode(user_id, episode_id))
+
+
+@episodes_router.delete("/{episode_id}")
+def delete_episode(episode_id: str, user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
+    """Delete one episode (its messages are kept, not re-buffered)."""
+    memory.delete_episode(user_id, episode_id)
+    return {"deleted": episode_id}
+
+
+semantic_router = APIRouter(prefix="/v1/users/{user_id}/semantic", tags=["semantic"], dependencies=_AUTH)
+
+
+@semantic_router.get("")
+def list_semantic(user_id: UserId, memory: MemoryDep, offset: int = Query(0, ge=0),
+                  limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+    """Live semantic entries, oldest first."""
+    entries = memory.list_semantic(user_id)
+    return {"total": len(entries), "semantic": [_public(e) for e in entries[offset:offset + limit]]}
+
+
+@semantic_router.get("/{entry_id}")
+def get_semantic(entry_id: str, user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
+    return _public(memory.get_semantic(user_id, entry_id))
+
+
+@semantic_router.delete("/{entry_id}")
+def delete_semantic(entry_id: str, user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
+    """Delete the entry only; ``source_episodes`` still hold what it said (use ``/forget`` to remove them)."""
+    return {"deleted": entry_id, "source_episodes": memory.delete_semantic(user_id, entry_id)}
+
+
+@semantic_router.post("/{entry_id}/forget")
+def forget_semantic(entry_id: str, user_id: UserId, memory: MemoryDep, processor: ProcessorDep) -> dict[str, Any]:
+    """Forget a fact everywhere: the entry, its source episodes' raw messages and the episodes holding
+    them; their other messages are re-processed."""
+    out = memory.forget(user_id, entry_id)
+    if out["requeued"]:
+        processor.schedule(user_id)
+    return {"forgotten": entry_id, **out}
+
+
+#: every router of the API, in the order they are mounted.
+ROUTERS = (server_router, messages_router, users_router, query_router, episodes_router, semantic_router)
+
+
+# --------------------------------------------------------------------------- the app
 def create_app(memory: Memory, processor: BackgroundProcessor, token: str | None = None,
                limits: Limits = Limits(), resume: bool = True) -> FastAPI:
     """The FastAPI app. ``processor`` is started (resuming stored work if ``resume``) and stopped
@@ -189,10 +425,11 @@ def create_app(memory: Memory, processor: BackgroundProcessor, token: str | None
         processor: background worker over the same memory.
         token: server bearer token; None/empty = no auth (loopback only, see ``check_bind``).
         limits: request limits.
+        resume: on start, schedule every user with stored pending work.
     """
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         processor.start(resume=resume)
         try:
             yield
@@ -201,167 +438,13 @@ def create_app(memory: Memory, processor: BackgroundProcessor, token: str | None
 
     app = FastAPI(title="nemori-dspy memory API", version="1", lifespan=lifespan,
                   description="Long-term memory for agents (Nemori as a DSPy pipeline). Authenticate with "
-                              "`Authorization: Bearer <token>`.")
+                              "`Authorization: Bearer <token>`.",
+                  exception_handlers={NemoriError: _nemori_error, RequestValidationError: _validation_error,
+                                      _AuthError: _auth_error, _TooMany: _too_many})
+    app.state.served = Served(memory=memory, processor=processor, token=token, limits=limits)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
-    app.add_exception_handler(NemoriError, _nemori_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    bearer = HTTPBearer(auto_error=False, description="server token (NEMORI_API_TOKEN) or a per-user token")
-
-    def authorize(request: Request, cred: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if not token:
-            return
-        given = cred.credentials if cred is not None else ""
-        if hmac.compare_digest(given.encode(), token.encode()):
-            return
-        user = request.path_params.get("user_id")
-        if user is not None and given.startswith("nu_") and hmac.compare_digest(given, user_token(token, user)):
-            return
-        code, why = ((403, "this token is for another user") if given.startswith("nu_") and user is not None
-                     else (401, "missing or wrong bearer token"))
-        raise _AuthError(code, why)
-
-    def user_path(user_id: str = Path(description="the user whose memory this is (1-256 characters, no "
-                                                  "control characters, no '/')")) -> str:
-        return validate_user_id(user_id)
-
-    def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        with processor.dspy_context():
-            return fn(*args, **kwargs)
-
-    @app.exception_handler(_AuthError)
-    def _auth_error(_: Request, exc: _AuthError) -> JSONResponse:
-        resp = _error(exc.status, f"{exc.why}. Fix: send 'Authorization: Bearer <token>' with the server token "
-                      "(NEMORI_API_TOKEN) or this user's token")
-        resp.headers["WWW-Authenticate"] = "Bearer"
-        return resp
-
-    @app.get("/v1/health", tags=["server"])
-    def health() -> dict[str, Any]:
-        """Liveness: no auth, no user data."""
-        return {"ok": True}
-
-    r = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
-
-    @r.get("/status", tags=["server"])
-    def server_status() -> dict[str, Any]:
-        """Worker figures (no user ids or counts of other users' data)."""
-        return {"ok": True, "worker": processor.summary(), "limits": limits.__dict__}
-
-    @r.post("/users/{user_id}/messages", status_code=202, tags=["messages"])
-    def add_messages(body: AddMessagesIn, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Store messages durably (idempotent on message id) and return at once; memory is built in
-        the background, in order. 202 with ``accepted``, ``duplicates``, ``ids``, ``duplicate_ids``, ``pending``."""
-        if len(body.messages) > limits.max_messages:
-            raise _TooMany(len(body.messages), limits.max_messages)
-        for i, m in enumerate(body.messages):
-            if len(m.content) > limits.max_message_chars:
-                raise InvalidInputError(f"messages[{i}].content", f"is {len(m.content)} characters, more than "
-                                        f"{limits.max_message_chars}", "split the message or shorten it")
-        rows = [m.model_dump(exclude_none=True) for m in body.messages]
-        res = memory.add_messages(user_id, rows, process=False)
-        if res.pending:
-            processor.schedule(user_id)
-        return res.model_dump(exclude={"report"})
-
-    @r.post("/users/{user_id}/flush", status_code=202, tags=["messages"])
-    def flush(user_id: str = Depends(user_path),
-              wait: bool = Query(False, description="wait until processing is done (up to timeout_s)"),
-              timeout_s: float = Query(300.0, gt=0, le=3600)) -> dict[str, Any]:
-        """Process every buffered message, even a partial window (end of a conversation), in the background."""
-        if not memory.store.user_exists(user_id):
-            raise UnknownUserError(user_id)
-        scheduled = processor.schedule(user_id, force=True)
-        done = processor.wait_idle(user_id, timeout_s) if wait and scheduled else False
-        return {"scheduled": scheduled, "done": done, **_status(user_id)}
-
-    def _status(user_id: str) -> dict[str, Any]:
-        st = memory.status(user_id)
-        st.pop("counters", None)  # the whole memory's figures (all users): not one user's business
-        return {**st, **processor.state(user_id)}
-
-    @r.get("/users/{user_id}/status", tags=["users"])
-    def user_status(user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Counts (messages, pending, episodes, semantic, to_distill), parked work and processing state."""
-        return _status(user_id)
-
-    @r.post("/users/{user_id}/search", tags=["query"])
-    def search(body: SearchIn, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Top-k episodes and semantic entries by similarity (an unknown user gets empty lists)."""
-        _check_query("query", body.query, limits)
-        res = call(memory.search, user_id, body.query, body.top_k, body.semantic_top_k, body.metadata)
-        return search_payload(res, chars=limits.max_message_chars)
-
-    @r.post("/users/{user_id}/answer", tags=["query"])
-    def answer(body: AnswerIn, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Answer a question from the user's memory (one LLM call)."""
-        _check_query("question", body.question, limits)
-        res = call(memory.answer, user_id, body.question)
-        return {"answer": res.answer, "context": res.context, "retrieved": search_payload(res.retrieved),
-                "usage": res.usage.model_dump()}
-
-    @r.get("/users/{user_id}/episodes", tags=["episodes"])
-    def list_episodes(user_id: str = Depends(user_path), offset: int = Query(0, ge=0),
-                      limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
-        """Live episodes, oldest first, with their raw messages."""
-        eps = memory.list_episodes(user_id)
-        return {"total": len(eps), "episodes": [_public(e) for e in eps[offset:offset + limit]]}
-
-    @r.get("/users/{user_id}/episodes/{episode_id}", tags=["episodes"])
-    def get_episode(episode_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        return _public(memory.get_episode(user_id, episode_id))
-
-    @r.delete("/users/{user_id}/episodes/{episode_id}", tags=["episodes"])
-    def delete_episode(episode_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Delete one episode (its messages are kept, not re-buffered)."""
-        memory.delete_episode(user_id, episode_id)
-        return {"deleted": episode_id}
-
-    @r.get("/users/{user_id}/semantic", tags=["semantic"])
-    def list_semantic(user_id: str = Depends(user_path), offset: int = Query(0, ge=0),
-                      limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
-        """Live semantic entries, oldest first."""
-        entries = memory.list_semantic(user_id)
-        return {"total": len(entries), "semantic": [_public(e) for e in entries[offset:offset + limit]]}
-
-    @r.get("/users/{user_id}/semantic/{entry_id}", tags=["semantic"])
-    def get_semantic(entry_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        return _public(memory.get_semantic(user_id, entry_id))
-
-    @r.delete("/users/{user_id}/semantic/{entry_id}", tags=["semantic"])
-    def delete_semantic(entry_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Delete the entry only; ``source_episodes`` still hold what it said (use ``/forget`` to remove them)."""
-        return {"deleted": entry_id, "source_episodes": memory.delete_semantic(user_id, entry_id)}
-
-    @r.post("/users/{user_id}/semantic/{entry_id}/forget", tags=["semantic"])
-    def forget_semantic(entry_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Forget a fact everywhere: the entry, its source episodes' raw messages and the episodes holding
-        them; their other messages are re-processed."""
-        out = memory.forget(user_id, entry_id)
-        if out["requeued"]:
-            processor.schedule(user_id)
-        return {"forgotten": entry_id, **out}
-
-    @r.delete("/users/{user_id}/messages/{message_id}", tags=["messages"])
-    def delete_message(message_id: str, user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Forget one message and what was derived from it only; the rest of its episode is re-processed."""
-        out = memory.delete_message(user_id, message_id)
-        if out["requeued"]:
-            processor.schedule(user_id)
-        return {"deleted": message_id, **out}
-
-    @r.delete("/users/{user_id}", tags=["users"])
-    def delete_user(user_id: str = Depends(user_path)) -> dict[str, Any]:
-        """Delete everything stored for the user."""
-        memory.delete_user(user_id)
-        return {"deleted": user_id}
-
-    app.include_router(r)
-
-    @app.exception_handler(_TooMany)
-    def _too_many(_: Request, exc: _TooMany) -> JSONResponse:
-        return _error(413, f"{exc.n} messages in one request, more than {exc.cap}. Fix: split the batch "
-                      f"into requests of at most {exc.cap} messages", field="messages")
-
+    for router in ROUTERS:
+        app.include_router(router)
     return app
 
 
@@ -379,3 +462,15 @@ class _AuthError(Exception):
 class _TooMany(Exception):
     def __init__(self, n: int, cap: int) -> None:
         self.n, self.cap = n, cap
+
+
+def _auth_error(_: Request, exc: _AuthError) -> JSONResponse:
+    resp = _error(exc.status, f"{exc.why}. Fix: send 'Authorization: Bearer <token>' with the server token "
+                  "(NEMORI_API_TOKEN) or this user's token")
+    resp.headers["WWW-Authenticate"] = "Bearer"
+    return resp
+
+
+def _too_many(_: Request, exc: _TooMany) -> JSONResponse:
+    return _error(413, f"{exc.n} messages in one request, more than {exc.cap}. Fix: split the batch "
+                  f"into requests of at most {exc.cap} messages", field="messages")
