@@ -25,7 +25,8 @@ from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
 from .modules.resources import Resources
 from .store.base import MemoryStore
 from .store.sqlite import message_key
-from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry, check_metadata
+from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, Message, SearchResult,
+                    SemanticEntry, check_metadata)
 from .usage import UsageLedger
 
 __all__ = ["Memory", "AddResult", "validate_user_id"]
@@ -330,7 +331,7 @@ class Memory:
         """
         return self.store.delete_semantic(self._known(user_id), entry_id)
 
-    def forget(self, user_id: str, entry_id: str) -> dict[str, list[str]]:
+    def forget(self, user_id: str, entry_id: str) -> ForgetResult:
         """Forget a fact everywhere it is held: the semantic entry, the raw messages of its source
         episodes, every episode holding one of those messages (live and superseded versions) and the
         entries distilled only from those episodes (``delete_message`` for each message). Other
@@ -339,7 +340,7 @@ class Memory:
         user's lock.
 
         Returns:
-            ``{"semantic": [...], "episodes": [...], "messages": [...], "requeued": [...]}``: ids removed / re-buffered.
+            ``ForgetResult``: the ``semantic``, ``episodes`` and ``messages`` ids removed, the ``requeued`` ids.
         Raises:
             UnknownUserError: nothing was ever added for ``user_id``.
             NotFoundError: no live semantic entry ``entry_id`` for the user.
@@ -348,9 +349,9 @@ class Memory:
             raise InvalidInputError("entry_id", f"{entry_id!r} is not a semantic entry id",
                                     "pass an id from search results or list_semantic")
         with self._lock(self._known(user_id)):
-            return self.store.forget_semantic(user_id, entry_id)
+            return ForgetResult(**self.store.forget_semantic(user_id, entry_id))
 
-    def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
+    def delete_message(self, user_id: str, message_id: str) -> DeleteMessageResult:
         """Forget one message and what was derived from it only.
 
         Deleted: the message; the episode holding it (and superseded versions of that episode that
@@ -362,7 +363,7 @@ class Memory:
         interleaves with that user's processing.
 
         Returns:
-            ``{"episodes": [...], "semantic": [...], "requeued": [...]}``: ids deleted / re-buffered.
+            ``DeleteMessageResult``: the ``episodes`` and ``semantic`` ids deleted, the ``requeued`` ids.
         Raises:
             UnknownUserError: nothing was ever added for ``user_id``.
             NotFoundError: no message ``message_id`` for the user.
@@ -371,7 +372,7 @@ class Memory:
             raise InvalidInputError("message_id", f"{message_id!r} is not a message id",
                                     "pass an id from AddResult.ids or an episode's messages")
         with self._lock(self._known(user_id)):
-            return self.store.delete_message(user_id, message_id)
+            return DeleteMessageResult(**self.store.delete_message(user_id, message_id))
 
     def delete_user(self, user_id: str) -> None:
         """Remove everything derived from the user: messages, episodes, semantic entries."""

@@ -254,7 +254,7 @@ def _public(model: BaseModel) -> dict[str, Any]:
 def _user_status(memory: Memory, processor: BackgroundProcessor, user_id: str) -> dict[str, Any]:
     st = memory.status(user_id)
     st.pop("counters", None)  # the whole memory's figures (all users): not one user's business
-    return {**st, **processor.state(user_id)}
+    return {**st, **processor.state(user_id).model_dump()}
 
 
 # --------------------------------------------------------------------------- routers
@@ -270,7 +270,7 @@ def health() -> dict[str, Any]:
 @server_router.get("/status", dependencies=_AUTH)
 def server_status(processor: ProcessorDep, limits: LimitsDep) -> dict[str, Any]:
     """Worker figures (no user ids or counts of other users' data)."""
-    return {"ok": True, "worker": processor.summary(), "limits": limits.__dict__}
+    return {"ok": True, "worker": processor.summary().model_dump(), "limits": limits.__dict__}
 
 
 messages_router = APIRouter(prefix="/v1/users/{user_id}", tags=["messages"], dependencies=_AUTH)
@@ -310,9 +310,9 @@ def flush(user_id: UserId, memory: MemoryDep, processor: ProcessorDep,
 def delete_message(message_id: str, user_id: UserId, memory: MemoryDep, processor: ProcessorDep) -> dict[str, Any]:
     """Forget one message and what was derived from it only; the rest of its episode is re-processed."""
     out = memory.delete_message(user_id, message_id)
-    if out["requeued"]:
+    if out.requeued:
         processor.schedule(user_id)
-    return {"deleted": message_id, **out}
+    return {"deleted": message_id, **out.model_dump()}
 
 
 users_router = APIRouter(prefix="/v1/users/{user_id}", tags=["users"], dependencies=_AUTH)
@@ -405,9 +405,9 @@ def forget_semantic(entry_id: str, user_id: UserId, memory: MemoryDep, processor
     """Forget a fact everywhere: the entry, its source episodes' raw messages and the episodes holding
     them; their other messages are re-processed."""
     out = memory.forget(user_id, entry_id)
-    if out["requeued"]:
+    if out.requeued:
         processor.schedule(user_id)
-    return {"forgotten": entry_id, **out}
+    return {"forgotten": entry_id, **out.model_dump()}
 
 
 #: every router of the API, in the order they are mounted.
