@@ -118,7 +118,8 @@ class AddResult(BaseModel):
 
     accepted: int = Field(ge=0, description="new messages stored by this call")
     duplicates: int = Field(ge=0, description="messages already stored, or repeated within the batch")
-    ids: list[str] = Field(default_factory=list, description="ids of the messages stored by this call, in arrival order")
+    ids: list[str] = Field(default_factory=list,
+                           description="ids of the messages stored by this call, in arrival order")
     duplicate_ids: list[str] = Field(default_factory=list,
                                      description="ids of the messages skipped as duplicates, in batch order")
     pending: int = Field(ge=0, description="messages of the user still buffered (not in an episode) after the call")

@@ -217,7 +217,8 @@ def authorize(request: Request, cred: HTTPAuthorizationCredentials | None = Depe
     """Dependency: pass with the server token, or with the user token of the path's ``user_id``.
 
     Raises:
-        _AuthError: 401 (missing or wrong token) or 403 (a user token on another user's route).
+        an auth error the app answers with 401 (missing or wrong token) or 403 (a user token on another
+        user's route), with ``WWW-Authenticate: Bearer``.
     """
     token = served(request).token
     if not token:
