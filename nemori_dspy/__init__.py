@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .errors import (ConfigError, DatasetError, EmbedderMismatchError, InvalidInputError, LLMError,
                          ModelServerError, NemoriError, NotFoundError, StoreError, UnknownUserError)
     from .memory import AddResult, Memory
-    from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry
+    from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, Message, SearchResult,
+                        SemanticEntry)
 
 __version__ = "0.1.0"
 
@@ -27,7 +28,7 @@ _LAZY = {
     "Memory": "memory", "AddResult": "memory",
     "NemoriSettings": "config",
     "Message": "types", "Episode": "types", "SemanticEntry": "types", "SearchResult": "types",
-    "AnswerResult": "types",
+    "AnswerResult": "types", "ForgetResult": "types", "DeleteMessageResult": "types",
     **{name: "errors" for name in ("NemoriError", "InvalidInputError", "UnknownUserError", "NotFoundError",
                                    "ConfigError", "EmbedderMismatchError", "StoreError", "LLMError",
                                    "ModelServerError", "DatasetError")},
@@ -42,6 +43,8 @@ __all__ = [
     "SemanticEntry",
     "SearchResult",
     "AnswerResult",
+    "ForgetResult",
+    "DeleteMessageResult",
     "NemoriError",
     "InvalidInputError",
     "UnknownUserError",

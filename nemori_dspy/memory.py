@@ -16,7 +16,7 @@ import threading
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from .config import NemoriSettings
 from .embedders import Embedder
@@ -25,7 +25,8 @@ from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
 from .modules.resources import Resources
 from .store.base import MemoryStore
 from .store.sqlite import message_key
-from .types import AnswerResult, Episode, Message, SearchResult, SemanticEntry, check_metadata
+from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, Message, SearchResult,
+                    SemanticEntry, check_metadata)
 from .usage import UsageLedger
 
 __all__ = ["Memory", "AddResult", "validate_user_id"]
@@ -108,14 +109,21 @@ def _parse_messages(messages: Iterable[Message | dict]) -> list[Message]:
     return out
 
 
-class AddResult(dict):
-    """Result of ``add_messages``: ``accepted`` (count of new messages), ``duplicates`` (count of
-    messages already stored, or repeated in the batch), ``ids`` (message ids stored by this call, in
-    arrival order), ``duplicate_ids`` (ids skipped as duplicates, in batch order), ``pending``
-    (buffered after processing) and ``report`` (a ``ProcessReport`` or None). A message without an
-    id gets ``h`` + a content hash (``store.sqlite.message_key``)."""
+class AddResult(BaseModel):
+    """What ``Memory.add_messages`` returns: what was stored, what was skipped, what still waits.
 
-    __getattr__ = dict.__getitem__
+    A message without an id is stored under ``h`` + a content hash (``store.sqlite.message_key``), and
+    that is the id listed here.
+    """
+
+    accepted: int = Field(ge=0, description="new messages stored by this call")
+    duplicates: int = Field(ge=0, description="messages already stored, or repeated within the batch")
+    ids: list[str] = Field(default_factory=list,
+                           description="ids of the messages stored by this call, in arrival order")
+    duplicate_ids: list[str] = Field(default_factory=list,
+                                     description="ids of the messages skipped as duplicates, in batch order")
+    pending: int = Field(ge=0, description="messages of the user still buffered (not in an episode) after the call")
+    report: ProcessReport | None = Field(default=None, description="what processing did; None with process=False")
 
 
 class Memory:
@@ -324,7 +332,7 @@ class Memory:
         """
         return self.store.delete_semantic(self._known(user_id), entry_id)
 
-    def forget(self, user_id: str, entry_id: str) -> dict[str, list[str]]:
+    def forget(self, user_id: str, entry_id: str) -> ForgetResult:
         """Forget a fact everywhere it is held: the semantic entry, the raw messages of its source
         episodes, every episode holding one of those messages (live and superseded versions) and the
         entries distilled only from those episodes (``delete_message`` for each message). Other
@@ -333,7 +341,7 @@ class Memory:
         user's lock.
 
         Returns:
-            ``{"semantic": [...], "episodes": [...], "messages": [...], "requeued": [...]}``: ids removed / re-buffered.
+            ``ForgetResult``: the ``semantic``, ``episodes`` and ``messages`` ids removed, the ``requeued`` ids.
         Raises:
             UnknownUserError: nothing was ever added for ``user_id``.
             NotFoundError: no live semantic entry ``entry_id`` for the user.
@@ -342,9 +350,9 @@ class Memory:
             raise InvalidInputError("entry_id", f"{entry_id!r} is not a semantic entry id",
                                     "pass an id from search results or list_semantic")
         with self._lock(self._known(user_id)):
-            return self.store.forget_semantic(user_id, entry_id)
+            return ForgetResult(**self.store.forget_semantic(user_id, entry_id))
 
-    def delete_message(self, user_id: str, message_id: str) -> dict[str, list[str]]:
+    def delete_message(self, user_id: str, message_id: str) -> DeleteMessageResult:
         """Forget one message and what was derived from it only.
 
         Deleted: the message; the episode holding it (and superseded versions of that episode that
@@ -356,7 +364,7 @@ class Memory:
         interleaves with that user's processing.
 
         Returns:
-            ``{"episodes": [...], "semantic": [...], "requeued": [...]}``: ids deleted / re-buffered.
+            ``DeleteMessageResult``: the ``episodes`` and ``semantic`` ids deleted, the ``requeued`` ids.
         Raises:
             UnknownUserError: nothing was ever added for ``user_id``.
             NotFoundError: no message ``message_id`` for the user.
@@ -365,7 +373,7 @@ class Memory:
             raise InvalidInputError("message_id", f"{message_id!r} is not a message id",
                                     "pass an id from AddResult.ids or an episode's messages")
         with self._lock(self._known(user_id)):
-            return self.store.delete_message(user_id, message_id)
+            return DeleteMessageResult(**self.store.delete_message(user_id, message_id))
 
     def delete_user(self, user_id: str) -> None:
         """Remove everything derived from the user: messages, episodes, semantic entries."""

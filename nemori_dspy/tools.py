@@ -112,7 +112,7 @@ class MemoryOps:
         Raises:
             UnknownUserError: nothing stored for the user. NotFoundError: no such id.
         """
-        return self._remove(user_id, entry_id, self.memory.forget)
+        return self._remove(user_id, entry_id, lambda u, i: self.memory.forget(u, i).model_dump())
 
     def delete(self, user_id: str, entry_id: str) -> dict[str, Any]:
         """Like ``forget``, but a semantic entry is deleted alone (``Memory.delete_semantic``; its source
@@ -132,7 +132,7 @@ class MemoryOps:
             except NotFoundError:
                 continue
         try:
-            return {"deleted": "message", "id": entry_id, **mem.delete_message(user_id, entry_id)}
+            return {"deleted": "message", "id": entry_id, **mem.delete_message(user_id, entry_id).model_dump()}
         except NotFoundError:
             raise NotFoundError(f"no semantic entry, episode or message {entry_id!r} for user {user_id!r}. "
                                 "Fix: use an id from a search result.") from None

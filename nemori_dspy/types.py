@@ -30,6 +30,8 @@ __all__ = [
     "ScoredSemantic",
     "SearchResult",
     "AnswerResult",
+    "ForgetResult",
+    "DeleteMessageResult",
     "Usage",
     "MetadataValue",
     "MAX_METADATA_KEYS",
@@ -336,3 +338,26 @@ class AnswerResult(BaseModel):
     retrieved: SearchResult
     usage: Usage
     mode: Literal["memory", "no-memory"] = "memory"
+
+
+class ForgetResult(BaseModel):
+    """What ``Memory.forget`` returns: the ids removed everywhere a fact was held, and those re-buffered."""
+
+    semantic: list[str] = Field(default_factory=list, description="semantic entries deleted (the one asked for "
+                                "and those distilled only from the removed episodes)")
+    episodes: list[str] = Field(default_factory=list, description="episodes deleted, live and superseded versions")
+    messages: list[str] = Field(default_factory=list, description="raw messages deleted (the entry's sources')")
+    requeued: list[str] = Field(default_factory=list, description="other messages of the deleted episodes, back in "
+                                "the buffer to be re-formed into episodes")
+
+
+class DeleteMessageResult(BaseModel):
+    """What ``Memory.delete_message`` returns: the ids derived from the message that went with it, and
+    the ids re-buffered."""
+
+    episodes: list[str] = Field(default_factory=list, description="episodes deleted: the one holding the message "
+                                "and its superseded versions that held it")
+    semantic: list[str] = Field(default_factory=list, description="semantic entries deleted: those whose every "
+                                "source episode was deleted")
+    requeued: list[str] = Field(default_factory=list, description="the deleted episode's other messages, back in "
+                                "the buffer to be re-formed into episodes")

@@ -13,7 +13,7 @@ import pytest
 from nemori_dspy import cli_serve
 from nemori_dspy.cli import main
 from nemori_dspy.runtime import Runtime
-from nemori_dspy.serving.http import user_token
+from nemori_dspy.apps.serving.http import user_token
 from tests.fakes import ScriptedLM, default_responders
 from tests.fakes import messages
 

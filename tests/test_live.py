@@ -76,8 +76,8 @@ def test_live_http_server_adds_in_the_background_and_answers(tmp_path, live):
     answered through the same Memory; nothing lost."""
     import httpx
 
-    from nemori_dspy.serving.http import create_app
-    from nemori_dspy.serving.worker import BackgroundProcessor
+    from nemori_dspy.apps.serving.http import create_app
+    from nemori_dspy.apps.serving.worker import BackgroundProcessor
     from tests.fakes import RunningServer, wait_until
 
     store = SQLiteStore(tmp_path / "serve.db")

@@ -13,9 +13,9 @@ import pytest
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.errors import InvalidInputError, NotFoundError, UnknownUserError
-from nemori_dspy.memory import Memory
+from nemori_dspy.memory import AddResult, Memory
 from nemori_dspy.store.sqlite import SQLiteStore
-from nemori_dspy.types import AnswerResult
+from nemori_dspy.types import AnswerResult, DeleteMessageResult
 from nemori_dspy.usage import UsageLedger
 
 from .fakes import ScriptedLM, chat_reply, default_responders
@@ -272,7 +272,7 @@ def test_delete_semantic_leaves_the_fact_in_its_episodes_and_forget_removes_it(m
     assert "Rex" in mem.pipeline.response.context("ivy", question).context   # documented: episodes still hold it
     other = next(f for f in mem.list_semantic("ivy") if set(f.source_episode_ids) & set(sources))
     out = mem.forget("ivy", other.id)
-    assert set(sources) <= set(out["episodes"]) and {"a0", "a1", "a2", "a3"} <= set(out["messages"])
+    assert set(sources) <= set(out.episodes) and {"a0", "a1", "a2", "a3"} <= set(out.messages)
     after = mem.pipeline.response.context("ivy", question).context
     assert "Rex" not in after and "puppy" not in after
     assert [m.id for ep in mem.list_episodes("ivy") for m in ep.messages] == ["w1"]
@@ -407,6 +407,7 @@ def test_add_messages_returns_stored_and_duplicate_ids(make_memory):
     again = mem.add_messages("ivy", exchange(4) + [exchange(4)[3]])  # d0-d2 stored, d3 new, d3 repeated
     assert again.ids == ["d3"] and again.duplicate_ids == ["d0", "d1", "d2", "d3"]
     assert (again.accepted, again.duplicates, again.pending) == (1, 4, 4)
+    assert AddResult.model_validate_json(again.model_dump_json()) == again  # a typed record, JSON both ways
     no_ids = mem.add_messages("ivy", exchange(2, with_ids=False))
     assert len(no_ids.ids) == 2 and all(i.startswith("h") for i in no_ids.ids)
     assert mem.add_messages("ivy", exchange(2, with_ids=False)).duplicate_ids == no_ids.ids
@@ -469,9 +470,9 @@ def test_delete_message_removes_only_what_was_derived_from_it(make_memory, lm):
     assert only_target
 
     out = mem.delete_message("lee", "d1")
-    assert out["episodes"] == [target.id]
-    assert set(out["semantic"]) == only_target
-    assert sorted(out["requeued"]) == sorted(set(target.message_ids) - {"d1"})
+    assert out.episodes == [target.id]
+    assert set(out.semantic) == only_target
+    assert sorted(out.requeued) == sorted(set(target.message_ids) - {"d1"})
     assert [e.id for e in mem.list_episodes("lee")] == [other.id]           # the other episode is untouched
     assert set(e.id for e in mem.list_semantic("lee")) == set(sem_before) - only_target
     st = mem.status("lee")
@@ -486,7 +487,7 @@ def test_delete_message_removes_only_what_was_derived_from_it(make_memory, lm):
     assert mem.status("lee")["pending"] == 0
     # a pending message is simply removed
     mem.add_messages("lee", exchange(1, prefix="p"))
-    assert mem.delete_message("lee", "p0") == {"episodes": [], "semantic": [], "requeued": []}
+    assert mem.delete_message("lee", "p0") == DeleteMessageResult()
     assert mem.status("lee")["messages"] == 7
 
 
@@ -499,7 +500,7 @@ def test_delete_message_also_removes_superseded_versions_holding_it(make_memory,
     live = mem.list_episodes("max")
     assert len(live) == 1 and sorted(live[0].message_ids) == ["d0", "d1", "d2", "d3"]
     out = mem.delete_message("max", "d0")
-    assert live[0].id in out["episodes"] and len(out["episodes"]) >= 2   # the merged episode and the one it absorbed
+    assert live[0].id in out.episodes and len(out.episodes) >= 2   # the merged episode and the one it absorbed
     st = mem.status("max")
     assert st["episodes"] == 0 and st["pending"] == 3
     remaining = mem.store._conn().execute("SELECT message_ids FROM episodes WHERE user_id='max'").fetchall()
@@ -661,7 +662,7 @@ def test_memories_in_concurrent_threads_and_async_calls_keep_their_own_ledger(tm
 
 
 def test_background_worker_threads_charge_the_memory(tmp_path):
-    from nemori_dspy.serving.worker import BackgroundProcessor
+    from nemori_dspy.apps.serving.worker import BackgroundProcessor
 
     lm = ScriptedLM(default_responders())
     mem = Memory(SQLiteStore(tmp_path / "w.db"), HashingEmbedder(64), NemoriSettings(window_size=10))

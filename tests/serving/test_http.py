@@ -14,8 +14,8 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.memory import Memory
-from nemori_dspy.serving.http import Limits, check_bind, create_app, user_token
-from nemori_dspy.serving.worker import BackgroundProcessor
+from nemori_dspy.apps.serving.http import Limits, check_bind, create_app, user_token
+from nemori_dspy.apps.serving.worker import BackgroundProcessor
 from nemori_dspy.store.sqlite import SQLiteStore
 from tests.fakes import ScriptedLM, default_responders
 
@@ -269,6 +269,8 @@ def test_ten_thousand_message_batch_is_accepted_whole(make_server):
         assert r.json()["accepted"] == 10_000 and len(set(r.json()["ids"])) == 10_000
         st = c.get("/v1/users/bulk/status").json()
         assert st["messages"] == 10_000 and st["pending"] == 10_000
+        assert (st["processing"], st["passes"], st["last_error"]) == (False, 0, None)  # a store-only node never runs
+        assert c.get("/v1/status").json()["worker"] == {"threads": 0, "users_processing": 0, "stopping": False}
         too_big = c.post("/v1/users/bulk/messages", json={"messages": messages(10_001, "z")})
         assert too_big.status_code == 413                   # refused whole: nothing of it stored
     stored = memory.store.pending_messages("bulk")

@@ -16,9 +16,9 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from ..errors import NemoriError
-from ..memory import Memory, validate_user_id
-from ..tools import MemoryMessage, MemoryOps
+from ...errors import NemoriError
+from ...memory import Memory, validate_user_id
+from ...tools import MemoryMessage, MemoryOps
 
 __all__ = ["build_mcp_server", "bearer_guard"]
 

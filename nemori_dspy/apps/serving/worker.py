@@ -19,13 +19,31 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import dspy
+from pydantic import BaseModel, Field
 
-from ..errors import NemoriError
-from ..memory import Memory
+from ...errors import NemoriError
+from ...memory import Memory
 
-__all__ = ["BackgroundProcessor"]
+__all__ = ["BackgroundProcessor", "WorkerState", "WorkerSummary"]
 
 log = logging.getLogger(__name__)
+
+
+class WorkerState(BaseModel):
+    """One user's background processing, as ``BackgroundProcessor.state`` reports it."""
+
+    processing: bool = Field(description="a pass is queued or running")
+    last_error: str | None = Field(default=None, description="the error that ended the latest pass; None if it "
+                                   "succeeded or none ran")
+    passes: int = Field(ge=0, description="passes run for the user since the worker was made")
+
+
+class WorkerSummary(BaseModel):
+    """Process-wide worker figures, without user ids (``BackgroundProcessor.summary``)."""
+
+    threads: int = Field(ge=0, description="users processed at once; 0 = store only, never process")
+    users_processing: int = Field(ge=0, description="users with a pass running now")
+    stopping: bool = Field(description="``stop`` was called: no new passes start")
 
 
 @dataclass
@@ -113,17 +131,17 @@ class BackgroundProcessor:
         st = self._states.get(user_id)
         return st is not None and (st.running or st.dirty)
 
-    def state(self, user_id: str) -> dict[str, Any]:
-        """``{"processing": bool, "last_error": str | None, "passes": int}`` for one user."""
+    def state(self, user_id: str) -> WorkerState:
+        """One user's processing state (a user never scheduled: not processing, no error, 0 passes)."""
         with self._lock:
             st = self._states.get(user_id, _UserState())
-            return {"processing": st.running or st.dirty, "last_error": st.last_error, "passes": st.passes}
+            return WorkerState(processing=st.running or st.dirty, last_error=st.last_error, passes=st.passes)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> WorkerSummary:
         """Process-wide figures without user ids: worker threads and users being processed."""
         with self._lock:
-            return {"threads": self.threads, "users_processing": sum(s.running for s in self._states.values()),
-                    "stopping": self._stopping}
+            return WorkerSummary(threads=self.threads, users_processing=sum(s.running for s in self._states.values()),
+                                 stopping=self._stopping)
 
     # ------------------------------------------------------------------ the job
     def _run(self, user_id: str) -> None:
