@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import nemori_dspy.runtime as runtime
-from nemori_dspy.cli import main
+from nemori_dspy.apps.cli import main
 from tests.fakes import SYNTHETIC_MINI, ScriptedLM, chat_reply, default_responders, install_scripted_runtime
 
 
@@ -166,7 +166,7 @@ def test_bad_program_store_or_counts_fail_before_any_model_is_loaded(monkeypatch
 
 
 def test_locomo_path_from_dotenv_and_download_target_in_cache_dir(monkeypatch, tmp_path):
-    from nemori_dspy.cli import resolve_dataset
+    from nemori_dspy.apps.context import resolve_dataset
     from nemori_dspy.config import load_settings
 
     monkeypatch.chdir(tmp_path)
@@ -181,17 +181,14 @@ def test_locomo_path_from_dotenv_and_download_target_in_cache_dir(monkeypatch, t
 
 
 def test_resume_picks_the_newest_run_that_answered_not_a_failed_start(tmp_path, monkeypatch):
-    import argparse
-
-    from nemori_dspy.cli import _run_dir
+    from nemori_dspy.apps.context import run_dir
 
     monkeypatch.chdir(tmp_path)
     real, failed = tmp_path / "runs/locomo-20260101-000000", tmp_path / "runs/locomo-20260101-010000"
     real.mkdir(parents=True)
     (real / "results.jsonl").write_text("")
     failed.mkdir()
-    args = argparse.Namespace(out=None, resume=True)
-    assert _run_dir(args).resolve() == real.resolve()
+    assert run_dir(None, "locomo", resume=True).resolve() == real.resolve()
 
 
 def test_judge_audit_printed_in_summary_and_mlflow_and_off_with_0(tmp_path, scripted_runtime, capsys):
@@ -358,7 +355,7 @@ def test_help_and_argument_errors_import_no_heavy_library(argv):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom nemori_dspy.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+    code = ("import sys\nfrom nemori_dspy.apps.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    code = e.code\nprint('LOADED=' + ','.join(m for m in %r if m in sys.modules))" % (_HEAVY,))
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
