@@ -397,3 +397,31 @@ def test_failed_answers_are_reported_when_memory_is_reused(tmp_path, monkeypatch
     assert _run(tmp_path, "--system", "nemori", "--no-judge", "--out", str(tmp_path / "again"), "--no-cache") == 0
     out = capsys.readouterr().out.split("run folder")[-1]
     assert "memory reused" in out and "ANSWERS FAILED 3" in out
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", "locomo", "--data", str(SYNTHETIC_MINI)],
+    ["optimize", "--stage", "narrate", "--data", str(SYNTHETIC_MINI.parent / "synthetic_locomo.json"),
+     "--sessions", "1-2", "--train", "conv-a", "--dev", "conv-b", "--no-mlflow"]])
+def test_a_model_program_resolves_in_the_runs_tracking_store_for_eval_and_optimize(command, monkeypatch, tmp_path,
+                                                                                  capsys):
+    """``--program models:/...`` is read from the MLflow store the run's settings name, under every command, and a
+    program that cannot be read fails before any model is loaded."""
+    import nemori_dspy.eval.model as model
+    from nemori_dspy.errors import ConfigError
+
+    seen: list[tuple[str, str | None]] = []
+
+    def load_program(ref, tracking_uri=None):
+        seen.append((ref, tracking_uri))
+        raise ConfigError("no such model. Fix: register it.")
+
+    def no_model(*a, **k):
+        raise AssertionError("runtime built despite an unreadable --program")
+
+    monkeypatch.setattr(model, "load_program", load_program)
+    monkeypatch.setattr(runtime, "build_runtime", no_model)
+    uri = f"sqlite:///{tmp_path}/elsewhere.db"
+    assert main([*command, "--program", "models:/tuned/3", "--mlflow-tracking-uri", uri,
+                 "--out", str(tmp_path / "run")]) == 2
+    assert seen == [("models:/tuned/3", uri)] and "no such model" in capsys.readouterr().err
