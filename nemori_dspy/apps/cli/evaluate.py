@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from nemori_dspy.apps.cli.options import (EVAL_SETTINGS, POSITIVE_INT, SLICE_HELP, compose, configure_logging,
-                                          db_option, no_cache_option, out_option, program_and_tracking_options,
+                                          data_option, db_option, no_cache_option, out_option, program_and_tracking_options,
                                           setting_options, verbose_option)
 from nemori_dspy.apps.context import RunContext, locomo_judges, resolve_dataset, run_dir, split_ids
 
@@ -65,9 +65,8 @@ def named_slice_ids(slice_name: str, conversations: str | None, sessions: str | 
 
 
 @eval_group.command("locomo", help="LoCoMo QA: build memory per conversation, answer, score, log to MLflow")
-@click.option("--data", default=None, help="locomo10.json or a file in its schema (default: $NEMORI_LOCOMO_PATH, "
-                                           "else download the upstream file into $NEMORI_CACHE_DIR, default "
-                                           "~/.cache/nemori-dspy)")
+@data_option("locomo10.json or a file in its schema (default: $NEMORI_LOCOMO_PATH, else download the upstream "
+             "file into $NEMORI_CACHE_DIR, default ~/.cache/nemori-dspy)")
 @click.option("--conversations", default=None, help="comma-separated sample ids, e.g. conv-26,conv-30 (default: all)")
 @click.option("--max-questions", type=POSITIVE_INT, default=None,
               help="cap on questions per conversation (categories 1-4), stratified by category (round-robin, in "
@@ -130,9 +129,8 @@ def eval_locomo(**flags: Any) -> int:
 
 @eval_group.command("longmemeval", help="LongMemEval QA: build one memory per question, answer, judge per "
                                         "question type, log to MLflow")
-@click.option("--data", required=True, help="longmemeval_s_cleaned.json or a file in its schema (a JSON list of "
-                                            "questions; https://huggingface.co/datasets/xiaowu0162/"
-                                            "longmemeval-cleaned)")
+@data_option("longmemeval_s_cleaned.json or a file in its schema (a JSON list of questions; "
+             "https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned)", required=True)
 @click.option("--questions", default=None, help="comma-separated question ids (default: all, in file order)")
 @click.option("--question-types", default=None, help="comma-separated question types, e.g. temporal-reasoning,"
                                                      "knowledge-update (default: all)")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nemori_dspy.apps.cli.options import (OPTIMIZE_SETTINGS, POSITIVE_INT, SLICE_HELP, no_cache_option,
+from nemori_dspy.apps.cli.options import (OPTIMIZE_SETTINGS, POSITIVE_INT, SLICE_HELP, data_option, no_cache_option,
                                           out_option, setting_options, verbose_option)
 from nemori_dspy.apps.context import RunContext, resolve_dataset, run_dir, split_ids
 from nemori_dspy.optimizers.names import OPTIMIZERS  # a constant: no dspy, no metrics module
@@ -115,7 +115,7 @@ def _answer_metric(args: Any, rt: Any, stages: list[str], train: list[Any], run:
 @click.option("--stage", required=True, help="stage(s), comma-separated, tuned in pipeline order: narrate, "
                                              "anticipate, distill, anticipate+distill, consolidate, answer")
 @click.option("--optimizer", default="gepa", type=click.Choice(OPTIMIZERS), help="DSPy optimizer (default gepa)")
-@click.option("--data", default=None, help="locomo10.json or a file in its schema (as for eval locomo)")
+@data_option("locomo10.json or a file in its schema (as for eval locomo)")
 @click.option("--sessions", default="1-3", help="LoCoMo slice A-B (default 1-3)")
 @click.option("--slice", "slice_name", default=None,
               help=SLICE_HELP + "; replaces --sessions, and --train/--dev default to its conversations not in "

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 __all__ = ["SETTING_FLAGS", "EVAL_SETTINGS", "OPTIMIZE_SETTINGS", "MEMORY_SETTINGS", "SLICE_HELP", "POSITIVE_INT",
-           "setting_help", "setting_options", "configure_logging", "verbose_option", "no_cache_option", "out_option", "db_option",
+           "setting_help", "setting_options", "configure_logging", "verbose_option", "no_cache_option", "out_option", "data_option", "db_option",
            "program_and_tracking_options", "compose"]
 
 #: CLI flag → settings field, for flags that map one-to-one (every eval and optimize).
@@ -112,6 +112,13 @@ def no_cache_option() -> Decorator:
 def out_option(help: str) -> Decorator:
     """``--out``: the run folder."""
     return click.option("--out", default=None, help=help)
+
+
+def data_option(help: str, required: bool = False) -> Decorator:
+    """``--data``: the benchmark file."""
+    if required:  # no default at all: click treats an explicit None default as given
+        return click.option("--data", required=True, help=help)
+    return click.option("--data", default=None, help=help)
 
 
 def db_option(help: str, dest: str = "db") -> Decorator:
