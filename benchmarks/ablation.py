@@ -12,7 +12,7 @@ baseline every other system is paired with), ``nemori-paper`` (the paper's confi
 ``no-memory`` (w/o Nemori).
 
 It reuses the eval machinery as it is: the runtime (``nemori_dspy.runtime.build_runtime``), the memory
-provider of ``eval locomo`` (``nemori_dspy.cli._memory_provider``: stores reused by construction key, so a
+provider of ``eval locomo`` (``nemori_dspy.apps.context.memory_provider``: stores reused by construction key, so a
 slice built once serves every answer-side variant and later runs) and ``eval.runner.run_locomo``. Systems
 that read the same built memory (``System.construction_key``) run together in one ``run_locomo`` call, one
 run folder per construction, so each construction's cost is its own. Questions are the same for every system
@@ -346,13 +346,13 @@ def _runtime(lm: str, base: dict[str, Any]) -> Iterator[tuple[Any, Any, Callable
         with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
             yield settings, rt, lambda audit: JudgePanel({"judge": LLMJudge(model_label="scripted")}, audit)
         return
-    from nemori_dspy.cli import _locomo_judges
+    from nemori_dspy.apps.context import locomo_judges
     from nemori_dspy.runtime import build_runtime
 
     over = {"model": "local", "local_model_size": lm.split(":", 1)[1]} if lm.startswith("local:") else {"model": lm}
     settings = NemoriSettings(**{**base, **over})
     with build_runtime(settings) as rt:
-        yield settings, rt, lambda audit: _locomo_judges(settings, rt, audit)
+        yield settings, rt, lambda audit: locomo_judges(settings, rt, audit)
 
 
 def _conversations(data: Path, conversations: list[str] | None, sessions: str | None) -> list[LoCoMoConversation]:
@@ -382,7 +382,7 @@ def run(data: Path, conversations: list[str] | None, sessions: str | None, lm: s
     Raises:
         DatasetError: bad data, slice or conversation ids (``eval.locomo``).
     """
-    from nemori_dspy.cli import _memory_provider
+    from nemori_dspy.apps.context import memory_provider
     from nemori_dspy.eval.judge_audit import locomo_audit_pairs
 
     convs = _conversations(data, conversations, sessions)
@@ -390,7 +390,7 @@ def run(data: Path, conversations: list[str] | None, sessions: str | None, lm: s
     done: list[GroupRun] = []
     with _runtime(lm, base or {}) as (settings, rt, make_judge):
         label = parse_sessions(sessions).label() if sessions else None  # keyed as eval locomo keys the slice
-        provider, _ = _memory_provider(argparse.Namespace(db=None), settings, rt, dataset_sha256(data), None, label)
+        provider, _ = memory_provider(settings, rt, dataset_sha256(data), None, label)
         for i, group in enumerate(groups):
             opts = EvalOptions(systems=group, max_questions=max_questions, resume=resume, progress=progress)
             audit = locomo_audit_pairs(convs, opts.categories, max_questions, settings.judge_audit) if i == 0 else []

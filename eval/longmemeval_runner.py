@@ -67,7 +67,7 @@ def _row(system: System, memory: Memory, q: LongMemEvalQuestion, conv: LoCoMoCon
     with memory.usage.charging():
         context, ranked, search_ms = system_context(system, memory, conv, q.question, rag)
     with memory.usage.scope() as mine:
-        answer = str(memory.pipeline.response.answer(context=context, question=dated_question(q)).answer).strip()
+        answer = memory.pipeline(user_id=conv.sample_id, question=dated_question(q), context=context).answer
     usage = mine.total()
     return {"sample_id": q.question_id, "index": 0, "category": q.question_type, "category_name": q.question_type,
             "is_abstention": q.is_abstention, "system": system.name, "question": q.question,

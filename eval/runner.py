@@ -256,7 +256,7 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
     failure = None
     with memory.usage.scope() as mine:
         try:
-            answer = str(memory.pipeline.response.answer(context=context, question=q.question).answer).strip()
+            answer = memory.pipeline(user_id=conv.sample_id, question=q.question, context=context).answer
         except LLMError as exc:  # one bad reply must not end the run: scored as an empty answer, counted, kept
             answer, failure = "", str(exc)
             tally("answers_failed")

@@ -276,7 +276,7 @@ def lme_responders() -> dict:
 # ---------------------------------------------------------------- CLI tests: the runtime swapped for a scripted LM
 def install_scripted_runtime(monkeypatch: Any, cache_dir: Path, lm: Any) -> Any:
     """Make ``nemori_dspy.runtime.build_runtime`` configure ``lm`` (no server, no network) and point
-    ``NEMORI_CACHE_DIR`` at ``cache_dir``, for tests that drive ``nemori_dspy.cli.main``. Returns ``lm``."""
+    ``NEMORI_CACHE_DIR`` at ``cache_dir``, for tests that drive ``nemori_dspy.apps.cli.main``. Returns ``lm``."""
     import dspy
 
     import nemori_dspy.runtime as runtime

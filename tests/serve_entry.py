@@ -1,6 +1,6 @@
 """Test-only entry point: ``python -m tests.serve_entry <nemori-dspy args>`` runs the real CLI with
 the LLM replaced by ``ScriptedLM`` (default responders). Production code has no switch for this:
-the entry swaps ``cli_serve.build_runtime`` before calling ``cli.main``. Use with
+the entry swaps ``runtime.build_runtime`` before calling ``apps.cli.main``. Use with
 ``NEMORI_EMBEDDER=hashing-64`` so no embedding model is loaded either."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import sys
 
 import dspy
 
-from nemori_dspy import cli, cli_serve
+import nemori_dspy.runtime as runtime
+from nemori_dspy.apps.cli import main
 from nemori_dspy.runtime import Runtime
 from tests.fakes import ScriptedLM, default_responders
 
@@ -22,5 +23,5 @@ def scripted_runtime(settings):
 
 
 if __name__ == "__main__":
-    cli_serve.build_runtime = scripted_runtime
-    sys.exit(cli.main(sys.argv[1:]))
+    runtime.build_runtime = scripted_runtime
+    sys.exit(main(sys.argv[1:]))

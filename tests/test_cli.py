@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import nemori_dspy.runtime as runtime
-from nemori_dspy.cli import main
+from nemori_dspy.apps.cli import main
 from tests.fakes import SYNTHETIC_MINI, ScriptedLM, chat_reply, default_responders, install_scripted_runtime
 
 
@@ -166,7 +166,7 @@ def test_bad_program_store_or_counts_fail_before_any_model_is_loaded(monkeypatch
 
 
 def test_locomo_path_from_dotenv_and_download_target_in_cache_dir(monkeypatch, tmp_path):
-    from nemori_dspy.cli import resolve_dataset
+    from nemori_dspy.apps.context import resolve_dataset
     from nemori_dspy.config import load_settings
 
     monkeypatch.chdir(tmp_path)
@@ -181,17 +181,14 @@ def test_locomo_path_from_dotenv_and_download_target_in_cache_dir(monkeypatch, t
 
 
 def test_resume_picks_the_newest_run_that_answered_not_a_failed_start(tmp_path, monkeypatch):
-    import argparse
-
-    from nemori_dspy.cli import _run_dir
+    from nemori_dspy.apps.context import run_dir
 
     monkeypatch.chdir(tmp_path)
     real, failed = tmp_path / "runs/locomo-20260101-000000", tmp_path / "runs/locomo-20260101-010000"
     real.mkdir(parents=True)
     (real / "results.jsonl").write_text("")
     failed.mkdir()
-    args = argparse.Namespace(out=None, resume=True)
-    assert _run_dir(args).resolve() == real.resolve()
+    assert run_dir(None, "locomo", resume=True).resolve() == real.resolve()
 
 
 def test_judge_audit_printed_in_summary_and_mlflow_and_off_with_0(tmp_path, scripted_runtime, capsys):
@@ -358,7 +355,7 @@ def test_help_and_argument_errors_import_no_heavy_library(argv):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom nemori_dspy.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+    code = ("import sys\nfrom nemori_dspy.apps.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    code = e.code\nprint('LOADED=' + ','.join(m for m in %r if m in sys.modules))" % (_HEAVY,))
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
@@ -400,3 +397,31 @@ def test_failed_answers_are_reported_when_memory_is_reused(tmp_path, monkeypatch
     assert _run(tmp_path, "--system", "nemori", "--no-judge", "--out", str(tmp_path / "again"), "--no-cache") == 0
     out = capsys.readouterr().out.split("run folder")[-1]
     assert "memory reused" in out and "ANSWERS FAILED 3" in out
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", "locomo", "--data", str(SYNTHETIC_MINI)],
+    ["optimize", "--stage", "narrate", "--data", str(SYNTHETIC_MINI.parent / "synthetic_locomo.json"),
+     "--sessions", "1-2", "--train", "conv-a", "--dev", "conv-b", "--no-mlflow"]])
+def test_a_model_program_resolves_in_the_runs_tracking_store_for_eval_and_optimize(command, monkeypatch, tmp_path,
+                                                                                  capsys):
+    """``--program models:/...`` is read from the MLflow store the run's settings name, under every command, and a
+    program that cannot be read fails before any model is loaded."""
+    import nemori_dspy.eval.model as model
+    from nemori_dspy.errors import ConfigError
+
+    seen: list[tuple[str, str | None]] = []
+
+    def load_program(ref, tracking_uri=None):
+        seen.append((ref, tracking_uri))
+        raise ConfigError("no such model. Fix: register it.")
+
+    def no_model(*a, **k):
+        raise AssertionError("runtime built despite an unreadable --program")
+
+    monkeypatch.setattr(model, "load_program", load_program)
+    monkeypatch.setattr(runtime, "build_runtime", no_model)
+    uri = f"sqlite:///{tmp_path}/elsewhere.db"
+    assert main([*command, "--program", "models:/tuned/3", "--mlflow-tracking-uri", uri,
+                 "--out", str(tmp_path / "run")]) == 2
+    assert seen == [("models:/tuned/3", uri)] and "no such model" in capsys.readouterr().err

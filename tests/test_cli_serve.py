@@ -1,5 +1,5 @@
 """Memory commands of the CLI (``add``, ``search``, ``answer``, ``list``, ``delete``, ``export``,
-``import``, ``serve token``) through ``cli.main`` with a scripted runtime, HashingEmbedder, SQLite."""
+``import``, ``serve token``) through ``nemori_dspy.apps.cli.main`` with a scripted runtime, HashingEmbedder, SQLite."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import dspy
 import pytest
 
-from nemori_dspy import cli_serve
-from nemori_dspy.cli import main
+import nemori_dspy.runtime as runtime
+from nemori_dspy.apps.cli import main
 from nemori_dspy.runtime import Runtime
 from nemori_dspy.apps.serving.http import user_token
 from tests.fakes import ScriptedLM, default_responders
@@ -26,7 +26,7 @@ def env(monkeypatch, tmp_path):
         dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
         return Runtime(settings=settings, lm=lm, judge_lm=lm, model_label="scripted")
 
-    monkeypatch.setattr(cli_serve, "build_runtime", fake_build)
+    monkeypatch.setattr(runtime, "build_runtime", fake_build)
     monkeypatch.setenv("NEMORI_EMBEDDER", "hashing-64")
     monkeypatch.setenv("NEMORI_WINDOW_SIZE", "4")
     monkeypatch.setenv("NEMORI_DB_PATH", str(tmp_path / "cli.db"))

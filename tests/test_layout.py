@@ -114,19 +114,6 @@ INSTALLED_AS = {"nemori_dspy": "nemori_dspy", "eval": "nemori_dspy.eval", "optim
                 "signatures": "nemori_dspy.signatures", "benchmarks": "benchmarks"}
 CORE, EVAL, OPTIMIZERS, APPS, BENCHMARKS = range(5)
 LAYER_NAMES = ("core", "eval", "optimizers", "applications", "benchmarks")
-#: application modules outside ``nemori_dspy.apps`` until the CLI and serving move there.
-_APP_MODULES = ("nemori_dspy.cli", "nemori_dspy.cli_serve", "nemori_dspy.serving", "nemori_dspy.optimizers.cli")
-
-#: (importing file, private name) imports that wait for the one application CLI: the merge of the CLI rewrite
-#: (``nemori_dspy/apps/cli/``) deletes this set, together with the ``nemori_dspy.cli`` helpers they name.
-_PENDING_APP_REWRITE = {
-    ("optimizers/cli.py", "_ids"), ("optimizers/cli.py", "_program_state"), ("optimizers/cli.py", "_run_dir"),
-    ("optimizers/cli.py", "_settings"), ("optimizers/cli.py", "_memory_provider"),
-    # the ablation benchmark builds its run as eval locomo does: it moves to the run context's public call
-    ("benchmarks/ablation.py", "_locomo_judges"), ("benchmarks/ablation.py", "_memory_provider"),
-}
-
-
 def _module_name(path: Path) -> str:
     """The dotted name ``path`` (repo-relative) is imported as once installed."""
     parts = list(path.with_suffix("").parts)
@@ -146,7 +133,7 @@ def layer_of(module: str) -> int | None:
         return BENCHMARKS
     if not (module == "nemori_dspy" or module.startswith("nemori_dspy.")):
         return None
-    if module.startswith("nemori_dspy.apps") or any(module == m or module.startswith(m + ".") for m in _APP_MODULES):
+    if module == "nemori_dspy.apps" or module.startswith("nemori_dspy.apps."):
         return APPS
     if module.startswith("nemori_dspy.optimizers"):
         return OPTIMIZERS
@@ -187,7 +174,7 @@ def layer_violations(source: str, rel_path: str, known: set[str]) -> list[str]:
         if target is not None and target > mine and mine != BENCHMARKS:
             bad.append(f"{rel_path}:{line} {LAYER_NAMES[mine]} imports {LAYER_NAMES[target]} ({module})")
         private = [p for p in [*module.split(".")[1:], name or ""] if p.startswith("_") and not p.startswith("__")]
-        if private and module != me and (rel_path, private[-1]) not in _PENDING_APP_REWRITE:
+        if private and module != me:
             bad.append(f"{rel_path}:{line} imports private {private[-1]} from {module}")
     return bad
 
@@ -207,27 +194,15 @@ def test_imports_follow_the_layers_and_take_no_private_names():
     assert bad == []
 
 
-def test_the_pending_application_imports_still_exist():
-    """Each exemption names an import that is still there (a fixed one must leave the set)."""
-    known = _known_modules()
-    found = set()
-    for rel, _ in _PENDING_APP_REWRITE:
-        path = ROOT / rel
-        if path.exists():
-            found |= {(rel, n) for _, _, n in _imported(ast.parse(path.read_text(encoding="utf-8")),
-                                                        _module_name(Path(rel)), False, known) if n}
-    assert _PENDING_APP_REWRITE <= found
-
-
 @pytest.mark.parametrize("rel_path, source, what", [
     ("eval/model.py", "from nemori_dspy.optimizers.programs import PIPELINE_PATHS", "eval imports optimizers"),
     ("eval/model.py", "def f():\n    from optimizers import tune", "eval imports optimizers"),
     ("nemori_dspy/memory.py", "from .eval import runner", "core imports eval"),
-    ("nemori_dspy/modules/flat.py", "from ..cli import main", "core imports applications"),
-    ("signatures/semantic.py", "import nemori_dspy.serving.http", "core imports applications"),
+    ("nemori_dspy/modules/flat.py", "from ..apps.cli import main", "core imports applications"),
+    ("signatures/semantic.py", "import nemori_dspy.apps.serving.http", "core imports applications"),
     ("optimizers/tune.py", "from nemori_dspy.apps.cli import main", "optimizers imports applications"),
     ("eval/charts.py", "from nemori_dspy.eval.metrics import _usage", "private _usage"),
-    ("benchmarks/ablation.py", "from nemori_dspy.cli import _other", "private _other"),
+    ("benchmarks/ablation.py", "from nemori_dspy.apps.context import _other", "private _other"),
     ("nemori_dspy/adapters.py", "from dspy.adapters.json_adapter import _get_structured_outputs",
      "private _get_structured_outputs"),
 ])

@@ -201,9 +201,11 @@ class NemoriPipeline(dspy.Module):
         super().load_state({**later, **state}, **kwargs)
         return self
 
-    def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
-        """Answer ``question`` from the user's memory (the graph's inference entry point)."""
-        return self.response(user_id=user_id, question=question, use_memory=use_memory)
+    def forward(self, user_id: str, question: str, use_memory: bool = True,
+                context: str | None = None) -> dspy.Prediction:
+        """Answer ``question`` from the user's memory (the graph's inference entry point); with ``context``,
+        P_ans answers on that text instead of a retrieved one (``ResponseGeneration.forward``)."""
+        return self.response(user_id=user_id, question=question, use_memory=use_memory, context=context)
 
 
 def pipeline_stage(pipeline: NemoriPipeline, stage: str) -> dspy.Module:

@@ -83,8 +83,17 @@ class ResponseGeneration(dspy.Module):
                                  raw_ids, s.message_timestamps, facts_header=header)
         return dspy.Prediction(context=context, retrieved=retrieved, search_ms=search_ms)
 
-    def forward(self, user_id: str, question: str, use_memory: bool = True) -> dspy.Prediction:
-        ctx = self.context(user_id, question, use_memory)
+    def forward(self, user_id: str, question: str, use_memory: bool = True,
+                context: str | None = None) -> dspy.Prediction:
+        """Retrieve the context (``context``), then P_ans; the answer is stripped of surrounding whitespace.
+
+        ``context`` given: P_ans answers on that text and nothing is retrieved (``retrieved`` empty,
+        ``search_ms`` 0), for callers that build the context another way (the eval's ablation, full-context
+        and RAG systems)."""
+        if context is None:
+            ctx = self.context(user_id, question, use_memory)
+        else:
+            ctx = dspy.Prediction(context=context, retrieved=SearchResult(), search_ms=0.0)
         pred = self.answer(context=ctx.context, question=question)
         return dspy.Prediction(answer=str(pred.answer).strip(), context=ctx.context, retrieved=ctx.retrieved,
                                search_ms=ctx.search_ms)

@@ -468,7 +468,7 @@ def test_stratified_questions_take_each_category_evenly_where_a_prefix_would_not
 # ------------------------------------------------------------------ optimize before/after, paired (issue 19)
 
 def test_optimize_prints_the_dev_before_after_difference_paired_per_example(capsys, tmp_path):
-    from nemori_dspy.optimizers.cli import print_results
+    from nemori_dspy.apps.cli.optimize import print_results
     from nemori_dspy.optimizers.optimize import DevScore
     from nemori_dspy.optimizers.tune import StageResult
 

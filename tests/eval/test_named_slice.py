@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import collections
 from pathlib import Path
 
 import pytest
 
-from nemori_dspy.cli import _named_slice, build_parser
+from nemori_dspy.apps.cli.evaluate import named_slice_ids
+from nemori_dspy.apps.cli.optimize import optimize, optimize_command
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import NAMED_SLICES, SCORED_CATEGORIES, load_locomo, named_slice, session_of, slice_sessions
 
@@ -26,15 +26,14 @@ def test_an_unknown_slice_names_the_known_ones():
 
 
 def test_slice_replaces_conversations_and_sessions_and_refuses_both():
-    ns = argparse.Namespace(slice="memory", conversations=None, sessions=None)
-    assert _named_slice(ns) == (["conv-49"], None)
+    assert named_slice_ids("memory", None, None) == (["conv-49"], None)
     with pytest.raises(DatasetError, match="--conversations"):
-        _named_slice(argparse.Namespace(slice="memory", conversations="conv-26", sessions=None))
+        named_slice_ids("memory", "conv-26", None)
 
 
 def test_optimize_takes_a_slice_without_train_and_dev():
-    args = build_parser().parse_args(["optimize", "--stage", "answer", "--slice", "memory"])
-    assert (args.slice, args.train, args.dev) == ("memory", None, None)
+    flags = optimize.make_context("optimize", ["--stage", "answer", "--slice", "memory"]).params
+    assert (flags["slice_name"], flags["train"], flags["dev"]) == ("memory", None, None)
 
 
 @pytest.mark.skipif(not LOCOMO.is_file(), reason="locomo10.json (CC BY-NC) is not beside the checkout")
@@ -51,8 +50,6 @@ def test_the_memory_slice_has_what_the_issue_asks_for():
 
 def test_optimize_on_the_one_conversation_slice_asks_for_train_conversations():
     from nemori_dspy.errors import ConfigError
-    from nemori_dspy.optimizers.cli import optimize_command
-
-    args = build_parser().parse_args(["optimize", "--stage", "answer", "--slice", "memory"])
+    flags = optimize.make_context("optimize", ["--stage", "answer", "--slice", "memory"]).params
     with pytest.raises(ConfigError, match="--train"):
-        optimize_command(args)
+        optimize_command(flags)

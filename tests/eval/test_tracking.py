@@ -15,7 +15,7 @@ import pytest
 
 mlflow = pytest.importorskip("mlflow")
 
-from nemori_dspy.cli import main  # noqa: E402
+from nemori_dspy.apps.cli import main  # noqa: E402
 from nemori_dspy.config import NemoriSettings  # noqa: E402
 from nemori_dspy.eval.model import ProgramModel  # noqa: E402
 from nemori_dspy.eval.tracking import RUN_FILE, mark_stale_runs, register_prompts, stage_prompts  # noqa: E402

@@ -59,6 +59,18 @@ def test_no_memory_control_sends_empty_context(tmp_path):
     assert pred.context == "" and not pred.retrieved.episodes
 
 
+def test_a_given_context_is_what_p_ans_answers_on_and_nothing_is_retrieved(tmp_path):
+    """The eval's non-memory systems answer through the same call: P_ans sees their context, no search runs."""
+    rg = _setup(tmp_path)
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = rg(user_id="u", question="q?", context="Alice adopted a puppy on 7 May 2023.")
+        plain = rg(user_id="u", question="q?")
+    assert pred.context == "Alice adopted a puppy on 7 May 2023." and lm.prompts[-2][1]["context"] == pred.context
+    assert not pred.retrieved.episodes and not pred.retrieved.semantic and pred.search_ms == 0.0
+    assert pred.answer == pred.answer.strip() and plain.retrieved.episodes
+
+
 def test_known_facts_show_event_dates_in_similarity_order_never_the_ingestion_date(tmp_path):
     """P_ans is told to prefer the most recent memory: facts carry *event* dates for that, and keep
     their similarity order (``facts_order="similarity"``, the paper's); an undated (older-store) fact is shown

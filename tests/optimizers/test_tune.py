@@ -9,7 +9,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-from nemori_dspy.cli import main
+from nemori_dspy.apps.cli import main
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions

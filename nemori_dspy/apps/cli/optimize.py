@@ -4,23 +4,30 @@ Prints, per stage, the dev score before and after (mean with 95% CI and n), what
 model (LLM calls, tokens, seconds), what changed (new instruction, demos) and where the program was saved;
 logs one MLflow run. Memory is shared with ``eval locomo``: the same construction key (settings, model,
 program, dataset, slice) finds the same store, so an eval of the slice and an optimization reuse each other's
-memory.
+memory. The run is built through ``apps.context.RunContext`` like every other command.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+import click
+
+from nemori_dspy.apps.cli.options import (OPTIMIZE_SETTINGS, POSITIVE_INT, SLICE_HELP, data_option, no_cache_option,
+                                          out_option, setting_options, verbose_option)
+from nemori_dspy.apps.context import RunContext, resolve_dataset, run_dir, split_ids
+from nemori_dspy.optimizers.names import OPTIMIZERS  # a constant: no dspy, no metrics module
 
 if TYPE_CHECKING:
     from nemori_dspy.optimizers.tune import StageResult
 
-__all__ = ["optimize_command", "print_results", "ignored_budget_flags", "MIN_AUDIT_ON_WRONG"]
+__all__ = ["optimize", "optimize_command", "print_results", "ignored_budget_flags", "MIN_AUDIT_ON_WRONG"]
 
 
 #: budget flags each optimizer reads (``optimize.make_optimizer``); others are reported as having no effect.
@@ -29,7 +36,7 @@ _BUDGET_FLAGS = {"bootstrap": {"max_demos"}, "labeled": {"max_demos"},
                  "gepa": {"auto", "max_metric_calls"}, "simba": {"auto", "num_trials", "max_demos"}}
 
 
-def ignored_budget_flags(args: argparse.Namespace) -> list[str]:
+def ignored_budget_flags(args: Any) -> list[str]:
     """Budget flags given on the command line that the chosen optimizer does not use (or that another flag
     overrides: MIPROv2's ``--auto`` when ``--num-trials`` is given, ``--num-candidates`` without it)."""
     used = _BUDGET_FLAGS.get(args.optimizer, set())
@@ -64,7 +71,7 @@ def _charged_reflection(rt: Any, name: str) -> Any:
 MIN_AUDIT_ON_WRONG = 0.5
 
 
-def _answer_metric(args: argparse.Namespace, rt: Any, stages: list[str], train: list[Any], run: Any) -> Any:
+def _answer_metric(args: Any, rt: Any, stages: list[str], train: list[Any], run: Any) -> Any:
     """P_ans's metric for this run: ``JudgeF1Metric`` on the reflection model (the run's judge) per
     ``--answer-metric``, after auditing that judge on LoCoMo calibration pairs of the train conversations; None
     (token F1) with ``--answer-metric f1``, without an answer stage, or in end-to-end mode.
@@ -104,38 +111,90 @@ def _answer_metric(args: argparse.Namespace, rt: Any, stages: list[str], train: 
     return JudgeF1Metric(judge, weight)
 
 
-def optimize_command(args: argparse.Namespace) -> int:
-    """Run ``optimize`` from parsed arguments; returns the exit code (errors raise ``NemoriError``)."""
-    from nemori_dspy.cli import _ids, _program_state, _run_dir, _settings, resolve_dataset
+@click.command("optimize", help="tune stage prompts with a DSPy optimizer on a LoCoMo slice; dev before/after")
+@click.option("--stage", required=True, help="stage(s), comma-separated, tuned in pipeline order: narrate, "
+                                             "anticipate, distill, anticipate+distill, consolidate, answer")
+@click.option("--optimizer", default="gepa", type=click.Choice(OPTIMIZERS), help="DSPy optimizer (default gepa)")
+@data_option("locomo10.json or a file in its schema (as for eval locomo)")
+@click.option("--sessions", default="1-3", help="LoCoMo slice A-B (default 1-3)")
+@click.option("--slice", "slice_name", default=None,
+              help=SLICE_HELP + "; replaces --sessions, and --train/--dev default to its conversations not in "
+                                "--test but the last / the last (a one-conversation slice is dev: give --train)")
+@click.option("--train", default=None, help="train conversations, e.g. conv-26,conv-30 (required without --slice)")
+@click.option("--dev", default=None, help="dev conversations the optimizer selects on, e.g. conv-41 (never in "
+                                          "--train; required without --slice); its after-score is optimistic: "
+                                          "--test is held out")
+@click.option("--test", default=None, help="test conversations, scored before and after and never selected on (in "
+                                           "neither --train nor --dev), e.g. conv-42,conv-43: the held-out estimate")
+@click.option("--answer-metric", default="judge+f1", type=click.Choice(["judge+f1", "judge", "f1"]),
+              help="the answer stage's metric: judge+f1 (default; mean of the LLM judge's verdict and token F1), "
+                   "judge, or f1 alone (rewards brevity); the judge is --reflection-model, audited first")
+@out_option("run folder (default runs/optimize-<time>): program.json, result.json")
+@click.option("--auto", default=None, type=click.Choice(["light", "medium", "heavy"]),
+              help="MIPROv2/GEPA/SIMBA budget preset")
+@click.option("--max-metric-calls", type=POSITIVE_INT, default=None, help="GEPA: metric calls in all")
+@click.option("--num-trials", type=POSITIVE_INT, default=None, help="MIPROv2 trials (auto off) / SIMBA steps")
+@click.option("--num-candidates", type=POSITIVE_INT, default=None,
+              help="MIPROv2 candidates when --num-trials is given")
+@click.option("--max-train", type=POSITIVE_INT, default=None,
+              help="keep at most N train examples (seeded sample; dev is always whole)")
+@click.option("--num-threads", type=POSITIVE_INT, default=1, help="parallel program calls (default 1)")
+@click.option("--max-demos", type=int, default=4, help="bootstrapped and labeled demos per predictor (default 4)")
+@click.option("--reflection-model", default="local:1.5b",
+              help="prompt/reflection/teacher model: local:0.5b, local:1.5b (default; a second embedded server), "
+                   "a litellm model string, or 'none' for the student itself")
+@click.option("--metric", default="stage", type=click.Choice(["stage", "end-to-end"]),
+              help="stage: the stage's own LLM-free metric on recorded calls (minutes); end-to-end: rebuild each "
+                   "conversation's memory per candidate and score its answers' F1 (hours)")
+@click.option("--program", default=None, help="start from a saved pipeline state instead of the default prompts")
+@click.option("--no-mlflow", is_flag=True, help="do not log to MLflow")
+@no_cache_option()
+@verbose_option("log INFO (optimizer progress, repairs, retries)")
+@setting_options(OPTIMIZE_SETTINGS)
+def optimize(**flags: Any) -> int:
+    """``optimize``: tune ``--stage`` with ``--optimizer`` on a LoCoMo slice (``optimize_command``)."""
+    return optimize_command(flags)
+
+
+def optimize_command(flags: dict[str, Any]) -> int:
+    """Run ``optimize`` from its parsed flags (flag destination → value, as the ``optimize`` command passes them);
+    returns the exit code.
+
+    Raises:
+        NemoriError: a bad split, slice, program, setting or optimizer (before any model is loaded), or a judge
+            that fails its audit.
+    """
     from nemori_dspy.eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from nemori_dspy.optimizers.datasets import check_split
     from nemori_dspy.optimizers.optimize import Budget, check_available
     from nemori_dspy.optimizers.tune import parse_stages
     from nemori_dspy.usage import UsageLedger
 
+    args = SimpleNamespace(**flags)
     stages = parse_stages(args.stage, end_to_end=args.metric == "end-to-end")
     check_available(args.optimizer)
     for flag in ignored_budget_flags(args):
         print(f"note: {flag} has no effect with --optimizer {args.optimizer}", flush=True)
     logging.getLogger("dspy.teleprompt").setLevel(logging.INFO)  # optimizer progress (iterations, trial scores)
-    settings = _settings(args)
-    train_ids, dev_ids, test_ids = _ids(args.train) or [], _ids(args.dev) or [], _ids(getattr(args, "test", None)) or []
-    if getattr(args, "slice", None):  # a named slice: its sessions; --train / --dev default to its conversations
+    ctx = RunContext.from_flags(flags, OPTIMIZE_SETTINGS)
+    settings = ctx.settings
+    train_ids, dev_ids, test_ids = split_ids(args.train) or [], split_ids(args.dev) or [], split_ids(args.test) or []
+    if args.slice_name:  # a named slice: its sessions; --train / --dev default to its conversations
         from nemori_dspy.eval.locomo import named_slice
 
-        slice_ids, slice_sessions_ = named_slice(args.slice)
+        slice_ids, slice_sessions_ = named_slice(args.slice_name)
         rest = [i for i in slice_ids if i not in train_ids + test_ids]
         train_ids, dev_ids = train_ids or rest[:-1], dev_ids or rest[-1:]
         args.sessions = slice_sessions_.label() if slice_sessions_ else None
-    check_split(train_ids, dev_ids, test_ids, slice_name=getattr(args, "slice", None))
+    check_split(train_ids, dev_ids, test_ids, slice_name=args.slice_name)
     sessions = parse_sessions(args.sessions)
     data = resolve_dataset(args.data, settings)
     convs = {c.sample_id: slice_sessions(c, sessions) for c in load_locomo(data, train_ids + dev_ids + test_ids)}
-    data_sha, program = dataset_sha256(data), _program_state(args.program)
+    data_sha, program = dataset_sha256(data), ctx.program(args.program)
     budget = Budget(auto=args.auto, max_metric_calls=args.max_metric_calls, num_trials=args.num_trials,
                     num_candidates=args.num_candidates, num_threads=args.num_threads,
                     max_bootstrapped_demos=args.max_demos, max_labeled_demos=args.max_demos)
-    out = _run_dir(args, "optimize")
+    out = run_dir(args.out, "optimize")
     print(f"optimize {','.join(stages)} with {args.optimizer} on sessions {args.sessions} of {data}; train "
           f"{','.join(train_ids)} ({sum(len(convs[i].messages) for i in train_ids)} turns), dev {','.join(dev_ids)} "
           f"({sum(len(convs[i].messages) for i in dev_ids)} turns), test {','.join(test_ids) or 'none'} "
@@ -156,24 +215,23 @@ def optimize_command(args: argparse.Namespace) -> int:
             from nemori_dspy.optimizers.tracking import optimize_run
 
             run = stack.enter_context(optimize_run(settings, params, out.name))
-        _optimize(args, settings, run, stages, convs, (train_ids, dev_ids, test_ids), data_sha, program, sessions,
+        _optimize(args, ctx, run, stages, convs, (train_ids, dev_ids, test_ids), data_sha, program, sessions,
                   budget, out, t0)
     return 0
 
 
-def _optimize(args: argparse.Namespace, settings: Any, run: Any, stages: list[str], convs: dict,
+def _optimize(args: Any, ctx: RunContext, run: Any, stages: list[str], convs: dict,
               splits: tuple[list[str], list[str], list[str]], data_sha: str, program: Any, sessions: Any, budget: Any,
               out: Path, t0: float) -> None:
-    train_ids, dev_ids, test_ids = splits
-    from nemori_dspy.cli import _memory_provider
     from nemori_dspy.eval.systems import SYSTEMS
     from nemori_dspy.optimizers.tune import OptimizeOptions, ensure_built, run_optimize
-    from nemori_dspy.runtime import build_runtime
 
-    with build_runtime(_reflection(settings, args.reflection_model)) as rt:
+    train_ids, dev_ids, test_ids = splits
+    settings = ctx.settings
+    with ctx.runtime(_reflection(settings, args.reflection_model)) as rt:
         print(f"student {rt.model_label}, reflection {rt.judge_label if args.reflection_model != 'none' else 'none'} "
               f"ready in {time.perf_counter() - t0:.1f}s", flush=True)
-        provider, _ = _memory_provider(args, settings, rt, data_sha, program, sessions.label() if sessions else None)
+        provider, _ = ctx.memory_provider(rt, data_sha, program, sessions.label() if sessions else None)
         system = SYSTEMS["nemori"]
         memory, records = provider.memory(system), provider.record_path(system)
         ordered = [convs[i] for i in train_ids + dev_ids + test_ids]
