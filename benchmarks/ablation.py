@@ -22,8 +22,8 @@ Per system it reports the answer scores (judge, F1, BLEU-1, evidence recall@10: 
 paired difference against ``nemori`` on the questions both answered (paired bootstrap 95% CI; for the judge
 wins/losses and the exact McNemar p: ``eval.metrics.paired_stats``), the construction cost of the memory it
 reads (LLM calls and tokens per 100 turns, per stage; ``None`` when the memory was reused from an earlier run:
-pass ``--fresh-memory`` to measure it), and the run summary's memory-quality (``summary["memory"]``) and
-stage-activity (``summary["stage_activity"]``) sections when the eval provides them. Two findings lines
+pass ``--fresh-memory`` to measure it), and the run summary's memory-quality (``RunSummary.memory``) and
+stage-activity (``RunSummary.stage_activity``) sections when the eval provides them. Two findings lines
 compare prediction-error distillation with direct distillation: the paper's like-for-like pair (w/o e vs
 Nemori-s: both answer from semantic memory only) and ``nemori`` vs ``nemori-s``.
 
@@ -48,6 +48,7 @@ from nemori_dspy.eval.locomo import LoCoMoConversation, dataset_sha256, load_loc
 from nemori_dspy.eval.metrics import category_scores, format_p, paired_compare, paired_scores, paired_stats
 from nemori_dspy.eval.metrics import paired_table_from_stats
 from nemori_dspy.eval.runner import CONSTRUCTION_STAGES, EvalOptions, run_locomo
+from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import SYSTEMS, System, parse_systems
 
 __all__ = ["TABLE5", "DEFAULT_SYSTEMS", "BASELINE", "METRICS", "default_systems", "resolve_slice",
@@ -125,7 +126,7 @@ def construction_cost(construction_usage: dict[str, Any], turns: int, reused: bo
     """LLM calls and tokens (input + output) per 100 turns, in all and per construction stage.
 
     Args:
-        construction_usage: ``summary["construction_usage"]`` (``{stage: Usage.model_dump()}``).
+        construction_usage: ``RunSummary.construction_usage`` (``{stage: Usage.model_dump()}``).
         turns: turns built (all conversations of the slice).
         reused: the memory came from an earlier run (its cost is not in this run's figures).
 
@@ -143,9 +144,9 @@ def construction_cost(construction_usage: dict[str, Any], turns: int, reused: bo
             "tokens_per_100": sum(p["tokens"] for p in per.values()), "per_stage": per}
 
 
-def _reused(summary: dict[str, Any]) -> bool:
+def _reused(summary: RunResult) -> bool:
     """Memory of this construction was reused and nothing was built now."""
-    return bool(summary.get("reused_memory")) and not summary.get("ingest_seconds")
+    return bool(summary.reused_memory) and not summary.ingest_seconds
 
 
 @dataclass
@@ -154,7 +155,7 @@ class GroupRun:
 
     systems: list[str]
     run_dir: Path
-    summary: dict[str, Any]
+    summary: RunResult
 
 
 def _system_scores(rows: list[dict], system: str, metrics: list[str]) -> dict[str, dict[str, list[float]]]:
@@ -178,14 +179,14 @@ def figures(groups: list[GroupRun], turns: int, metrics: list[str] | None = None
         sample_id, index, category, <metric>...}]}`` (the rows, so any pairing can be redone from the file).
     """
     metrics = metrics or METRICS
-    rows = [r for g in groups for r in g.summary.get("rows", [])]
+    rows = [r for g in groups for r in g.summary.rows]
     rank = {n: i for i, (n, *_) in enumerate(TABLE5)}
     systems = sorted((s for g in groups for s in g.systems), key=lambda n: rank.get(n, len(rank)))  # Table 5 order
     baseline = BASELINE if BASELINE in systems else systems[0]
     per: dict[str, Any] = {}
     for g in groups:
-        cost = construction_cost(g.summary.get("construction_usage") or {}, turns, _reused(g.summary))
-        cost["reused_conversations"] = list(g.summary.get("reused_memory") or [])  # partly reused: figures cover the rest
+        cost = construction_cost(g.summary.construction_usage, turns, _reused(g.summary))
+        cost["reused_conversations"] = list(g.summary.reused_memory)  # partly reused: figures cover the rest
         for name in g.systems:
             builds = SYSTEMS[name].builds == "nemori" if name in SYSTEMS else False
             label, mgmt = _LABELS.get(name, (name, "–"))
@@ -194,8 +195,8 @@ def figures(groups: list[GroupRun], turns: int, metrics: list[str] | None = None
             per[name] = {"label": label, "management": mgmt, "run_dir": str(g.run_dir),
                          "scores": _system_scores(rows, name, metrics),
                          "construction": cost if builds else None,
-                         "memory": g.summary.get("memory") if builds else None,
-                         "stage_activity": g.summary.get("stage_activity") if builds else None,
+                         "memory": g.summary.memory if builds else None,
+                         "stage_activity": g.summary.stage_activity if builds else None,
                          "context_tokens": sum(tokens) / len(tokens) if tokens else None}
     paired = paired_stats(rows, systems, baseline, metrics, n_resamples=n_resamples, seed=seed)
     keep = ("system", "sample_id", "index", "category", *metrics)

@@ -90,7 +90,7 @@ def cost_by_stage_chart(stage_usage: dict[str, Any], path: str | Path,
 
     Args:
         stage_usage: ``{stage: usage}``, usage a ``types.Usage`` or its ``model_dump()``
-            (``input_tokens``, ``output_tokens``), e.g. ``summary["usage"]`` from
+            (``input_tokens``, ``output_tokens``), e.g. ``RunSummary.usage`` from
             ``eval/runner.py``.
         path: output ``.png`` path (parent folders are created).
         stages_order: stages first, top to bottom (e.g. ``runner.CONSTRUCTION_STAGES``);

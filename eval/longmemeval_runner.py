@@ -11,7 +11,6 @@ asked at its ``question_date``: retrieval sees the bare question, P_ans sees it 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from nemori_dspy.eval.longmemeval_judge import question_example, summarise_accur
 from nemori_dspy.eval.metrics import Group, bleu1, token_f1
 from nemori_dspy.eval.runner import (EvalOptions, start_run, MemoryProvider, system_context, context_tokens,
                      recall_scores, summarise)
+from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import System
 
 __all__ = ["LONGMEMEVAL_GROUPS", "LONGMEMEVAL_SCORES", "as_conversation", "dated_question", "run_longmemeval"]
@@ -86,7 +86,7 @@ def _upstream_metrics(rows: list[dict[str, Any]], systems: list[str], judged: li
 
 
 def run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEvalQuestion], opts: EvalOptions,
-                    judge: Any, out_dir: Path) -> dict[str, Any]:
+                    judge: Any, out_dir: Path) -> RunResult:
     """Build one memory per question, answer, score; write ``results.jsonl`` (checkpointed), ``cost.json``,
     ``tables.md``, ``summary.json`` and (with a judge audit) ``judge_audit.jsonl``.
 
@@ -99,7 +99,7 @@ def run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEv
         out_dir: the run folder.
 
     Returns:
-        The summary as for ``run_locomo`` (scores per question type, ``abstention`` and ``overall``), plus
+        The ``RunResult`` as for ``run_locomo`` (scores per question type, ``abstention`` and ``overall``), plus
         ``longmemeval``: upstream's overall / task-averaged / abstention accuracy per system and judge
         (also as ``<judge>.task-averaged`` in ``scores``). Usage is this run's alone (its own ledger).
     """
@@ -109,7 +109,7 @@ def run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEv
 
 
 def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemEvalQuestion], opts: EvalOptions,
-                     panel: JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> dict[str, Any]:
+                     panel: JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> RunResult:
     convs = [as_conversation(q) for q in questions]
     provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, convs, opts, out_dir, ledger)
     for q, conv in tqdm(list(zip(questions, convs)), desc="answer", unit="q", disable=not opts.progress):
@@ -125,12 +125,11 @@ def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemE
     groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in ckpt.rows)]  # the types this run has
     summary = summarise(ckpt.rows, opts, panel, built, construction, skipped, out_dir, ledger,
                          local=base.settings.model == "local", groups=groups, scores=LONGMEMEVAL_SCORES)
-    upstream = _upstream_metrics(ckpt.rows, summary["systems"], summary["judge_metrics"])
+    upstream = _upstream_metrics(ckpt.rows, summary.systems, summary.judge_metrics)
     for system, by_metric in upstream.items():
         for metric, acc in by_metric.items():
             if acc["task_averaged"] is not None:
-                summary["scores"].setdefault(system, {})[f"{metric}.task-averaged"] = acc["task_averaged"]
-    saved = json.loads((out_dir / "summary.json").read_text())
-    saved.update(scores=summary["scores"], longmemeval=upstream, benchmark="LongMemEval")
-    (out_dir / "summary.json").write_text(json.dumps(saved, indent=2, default=str))
-    return {**summary, "longmemeval": upstream, "benchmark": "LongMemEval"}
+                summary.scores.setdefault(system, {})[f"{metric}.task-averaged"] = acc["task_averaged"]
+    summary.longmemeval, summary.benchmark = upstream, "LongMemEval"
+    summary.write(out_dir / "summary.json")
+    return summary

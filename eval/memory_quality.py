@@ -510,7 +510,7 @@ def _caption(matcher: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------- wiring
 def memory_report(provider: Any, conversations: Sequence[LoCoMoConversation],
                   systems: Sequence[Any]) -> dict[str, Any] | None:
-    """``summary["memory"]`` of an eval: for every distinct Nemori construction among ``systems``
+    """A run summary's ``memory`` section (``RunSummary.memory``): for every distinct Nemori construction among ``systems``
     (``System.builds == "nemori"``, named by its first system), the ``MemoryQuality`` of the memory
     ``provider.memory(system)`` holds, as JSON-ready dicts: ``{"systems": {name: MemoryQuality dump},
     "matcher": FactMatcher.info(), "table": str, "caption": str}``. None when no conversation carries gold
@@ -545,16 +545,16 @@ def record_memory(built: dict[str, Any], tables_md: Path) -> dict[str, Any] | No
     return report
 
 
-def memory_summary_text(summary: dict[str, Any]) -> str | None:
-    """The Memory table with its caption, for the printed summary; None without ``summary["memory"]``."""
-    report = summary.get("memory")
+def memory_summary_text(report: dict[str, Any] | None) -> str | None:
+    """The Memory table with its caption (``report``: a run summary's ``memory``), for the printed summary;
+    None without a report."""
     return f"\nMemory ({report['caption']}):\n{report['table']}" if report else None
 
 
-def memory_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """MLflow metrics of ``summary["memory"]``: ``memory.<metric>`` of the first system's aggregate and
-    ``memory.<system>.<metric>`` of every system's (shares in [0, 1], counts, ratios); {} without a report."""
-    report = summary.get("memory") or {}
+def memory_metrics(report: dict[str, Any] | None) -> dict[str, float]:
+    """MLflow metrics of a run summary's ``memory`` report: ``memory.<metric>`` of the first system's aggregate
+    and ``memory.<system>.<metric>`` of every system's (shares in [0, 1], counts, ratios); {} without a report."""
+    report = report or {}
     out: dict[str, float] = {}
     for i, (name, q) in enumerate((report.get("systems") or {}).items()):
         agg = q["aggregate"]

@@ -420,7 +420,7 @@ def cost_table(stage_usage: dict[str, Any], stages_order: list[str] | None = Non
     Args:
         stage_usage: ``{stage: usage}``, usage a ``types.Usage`` or its ``model_dump()``
             (``calls``, ``input_tokens``, ``output_tokens``, ``seconds`` = summed wall
-            seconds of the calls, ``cost_usd`` = dollars), e.g. ``summary["usage"]`` from
+            seconds of the calls, ``cost_usd`` = dollars), e.g. ``RunSummary.usage`` from
             ``eval/runner.py`` / ``UsageLedger.snapshot()``.
         stages_order: stages to list first, in this order (e.g. ``runner.CONSTRUCTION_STAGES``);
             stages not named follow in dict order; named but absent stages are skipped.
@@ -647,7 +647,7 @@ def paired_line(name: str, stats: dict[str, Any], label_a: str = "A", label_b: s
 
 
 def paired_table_from_stats(stats: dict[str, Any]) -> str:
-    """:func:`paired_table`'s text from :func:`paired_stats`'s dict (e.g. ``summary["paired"]``)."""
+    """:func:`paired_table`'s text from :func:`paired_stats`'s dict (e.g. ``RunSummary.paired``)."""
     base = stats["baseline"]
     body = []
     for system, by_metric in stats["vs"].items():

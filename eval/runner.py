@@ -32,6 +32,7 @@ from nemori_dspy.eval.locomo import CATEGORY_NAMES, SCORED_CATEGORIES, LoCoMoCon
 from nemori_dspy.eval.locomo import stratified_questions
 from nemori_dspy.eval.metrics import paired_stats, paired_table_from_stats
 from nemori_dspy.eval.metrics import Group, bleu1, category_table, evidence_recall_at_k, f1_locomo, scored_groups, token_f1
+from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import SYSTEMS, System
 
 __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
@@ -340,10 +341,10 @@ def start_run(memories: "Memory | MemoryProvider", conversations: list[LoCoMoCon
 
 
 def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
-               judge: LLMJudge | JudgePanel | None, out_dir: Path) -> dict[str, Any]:
+               judge: LLMJudge | JudgePanel | None, out_dir: Path) -> RunResult:
     """Build, answer, score; write ``results.jsonl`` (checkpointed), ``tables.md`` and ``summary.json``.
 
-    Returns the summary: per-(system, category) means, per-stage usage, coverage, parked work, tables.
+    Returns the run's ``RunResult``: per-(system, category) means, per-stage usage, coverage, parked work, tables.
     Usage is this run's alone (its own ``UsageLedger``), whatever else the process has run.
     """
     ledger = UsageLedger()
@@ -352,7 +353,7 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
 
 
 def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
-                judge: LLMJudge | JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> dict[str, Any]:
+                judge: LLMJudge | JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> RunResult:
     provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir,
                                                                               ledger)
     for conv in conversations:
@@ -424,7 +425,7 @@ class _CostCheckpoint:
 def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
                built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, ledger: UsageLedger,
                local: bool = False,
-               groups: list[Group] | None = None, scores: list[str] | None = None) -> dict[str, Any]:
+               groups: list[Group] | None = None, scores: list[str] | None = None) -> RunResult:
     """Tables and ``summary.json``; runs the judge audit (``judge_audit.jsonl``) when the panel has pairs.
 
     ``groups`` are the table's row groups (default: LoCoMo categories 1-4, see ``metrics.LOCOMO_GROUPS``);
@@ -436,41 +437,53 @@ def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | J
     plain = scores if scores is not None else [m for m in METRICS if m != "judge"]
     metrics = judged + plain + [f"recall_at_{k}" for k in RECALL_KS]
     systems = [s.name for s in opts.systems]
-    table = category_table(rows, metrics, systems, groups=groups)
-    audit = panel.run_audit(out_dir / "judge_audit.jsonl") if panel else None
+    audit = panel.run_audit(out_dir / "judge_audit.jsonl") if panel else None  # before the usage: it calls judges
     info = panel.info() if panel else {}
-    summary = {
-        "scores": _aggregate(rows, metrics, systems, groups),
-        "usage": {k: v.model_dump() for k, v in ledger.snapshot().items()},
-        "construction_usage": {k: v.model_dump() for k, v in construction.items()},
-        "embedding_usage": ledger.embedding_summary(),
-        "counters": dict(ledger.counters), "coverage": built["coverage"], "parked": built["parked"],
-        "reused_memory": built["reused"], "ingest_seconds": round(built["seconds"], 1),
-        "resumed_answers": skipped, "systems": systems,
-        "questions": len({(r["sample_id"], r["index"]) for r in rows}),
-        "judge": info.get("judge"), "judges": info, "judge_metrics": judged, "judge_audit": audit,
-    }
-    audit_md = f"## Judge audit (calibration set, ×100)\n\n```\n{audit_table(audit)}\n```\n\n" if audit else ""
-    paired = paired_stats(rows, systems, groups=groups) if len(systems) > 1 else None  # same questions, paired
-    summary["paired"] = paired
-    paired_text = paired_table_from_stats(paired) if paired else None
-    audit_md += (f"## Paired differences vs {paired['baseline']} (×100, paired bootstrap 95% CI; judge: exact "
-                 f"McNemar p)\n\n```\n{paired_text}\n```\n\n") if paired else ""
-    (out_dir / "tables.md").write_text(f"## Scores (×100, n per cell)\n\n```\n{table}\n```\n\n{audit_md}"
-                                       f"## LLM usage per stage\n\n```\n{ledger.table(local)}\n```\n")
-    # stage activity: calls per stage and guard firings per 100 turns built and per episode
-    from nemori_dspy.eval.stage_activity import stage_activity, stage_activity_table
-    cov = list(built["coverage"].values())
-    summary["stage_activity"] = stage_activity(construction, summary["counters"], sum(c["messages"] for c in cov),
-                                               sum(c["episodes"] for c in cov))
-    with (out_dir / "tables.md").open("a") as f:
-        f.write(f"\n## Stage activity (construction)\n\n```\n{stage_activity_table(activity=summary['stage_activity'])}"
-                "\n```\n")
+    result = RunResult(
+        scores=_aggregate(rows, metrics, systems, groups),
+        usage={k: v.model_dump() for k, v in ledger.snapshot().items()},
+        construction_usage={k: v.model_dump() for k, v in construction.items()},
+        embedding_usage=ledger.embedding_summary(),
+        counters=dict(ledger.counters), coverage=built["coverage"], parked=built["parked"],
+        reused_memory=built["reused"], ingest_seconds=round(built["seconds"], 1),
+        resumed_answers=skipped, systems=systems,
+        questions=len({(r["sample_id"], r["index"]) for r in rows}),
+        judge=info.get("judge"), judges=info, judge_metrics=judged,
+        judge_audit=audit,
+        paired=paired_stats(rows, systems, groups=groups) if len(systems) > 1 else None,  # same questions, paired
+        table=category_table(rows, metrics, systems, groups=groups), usage_table=ledger.table(local), rows=rows,
+        groups=groups)
+    result.paired_table = paired_table_from_stats(result.paired) if result.paired else None
+    _write_tables(result, out_dir / "tables.md")
+    result.stage_activity = _stage_activity(result, construction, out_dir / "tables.md")
     from nemori_dspy.eval.memory_quality import record_memory  # the Memory table
-    summary["memory"] = record_memory(built, out_dir / "tables.md")
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return {**summary, "table": table, "usage_table": ledger.table(local), "rows": rows, "groups": groups,
-            "paired_table": paired_text}
+
+    result.memory = record_memory(built, out_dir / "tables.md")
+    result.write(out_dir / "summary.json")
+    return result
+
+
+def _write_tables(result: RunResult, path: Path) -> None:
+    """``tables.md``: scores, the judge audit and paired differences (when there are), usage per stage."""
+    audit = result.judge_audit_dicts()
+    md = f"## Judge audit (calibration set, ×100)\n\n```\n{audit_table(audit)}\n```\n\n" if audit else ""
+    if result.paired:
+        md += (f"## Paired differences vs {result.paired['baseline']} (×100, paired bootstrap 95% CI; judge: exact "
+               f"McNemar p)\n\n```\n{result.paired_table}\n```\n\n")
+    path.write_text(f"## Scores (×100, n per cell)\n\n```\n{result.table}\n```\n\n{md}"
+                    f"## LLM usage per stage\n\n```\n{result.usage_table}\n```\n")
+
+
+def _stage_activity(result: RunResult, construction: dict, tables_md: Path) -> dict[str, Any]:
+    """Calls per stage and guard firings per 100 turns built and per episode; appended to ``tables_md``."""
+    from nemori_dspy.eval.stage_activity import stage_activity, stage_activity_table
+
+    cov = list(result.coverage.values())
+    activity = stage_activity(construction, result.counters, sum(c.messages for c in cov),
+                              sum(c.episodes for c in cov))
+    with tables_md.open("a") as f:
+        f.write(f"\n## Stage activity (construction)\n\n```\n{stage_activity_table(activity=activity)}\n```\n")
+    return activity
 
 
 def _aggregate(rows: list[dict[str, Any]], metrics: list[str], systems: list[str],

@@ -11,7 +11,7 @@ episodes is Nemori-s with one narrative per session); the counters say which gua
   stage it belongs to and a one-line why (``GUARDS``, or a generic text for a counter not listed: every counter
   present is shown, grouped by stage).
 
-``stage_activity(...)`` gives the figures as a dict (``summary["stage_activity"]``); ``stage_activity_table(...)``
+``stage_activity(...)`` gives the figures as a dict (``RunSummary.stage_activity``); ``stage_activity_table(...)``
 renders them with ``eval.metrics.format_table``; ``stage_metrics(...)`` names them for MLflow.
 """
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nemori_dspy.config import NemoriSettings
+from nemori_dspy.eval.summary import RunResult, RunSummary
 
 __all__ = ["tracking_uri", "artifact_location", "flatten", "predictor_text", "stage_prompts", "prompt_hash",
            "register_prompt", "register_prompts", "mark_stale_runs", "process_tags", "EvalTracker", "RUN_FILE",
@@ -398,21 +399,21 @@ class EvalTracker:
             mlflow.flush_trace_async_logging()
 
     # ------------------------------------------------------------------ end
-    def finish(self, summary: dict[str, Any], program: dict[str, Any] | None = None,
+    def finish(self, summary: RunSummary, program: dict[str, Any] | None = None,
                register_model: str | None = None) -> str:
         """Final metrics, artifacts and the program model; ends every run FINISHED. Returns the parent run id."""
         import mlflow
 
         self.flush_rows()
         self.resumed = True  # params from here on: only those not logged at start
-        if "rows" in summary:
+        if isinstance(summary, RunResult):
             _charts(summary, self.out_dir)
         self.client.log_batch(self.parent, metrics=_metrics(summary))
         self._log_params(self.parent, _judge_params(summary))
         if getattr(self, "_prompts", None):
             self.client.log_dict(self.parent, {k: json.loads(v) for k, v in self._prompts.items()}, "prompts.json")
         self.client.log_artifacts(self.parent, str(self.out_dir))
-        for system, scores in summary["scores"].items():
+        for system, scores in summary.scores.items():
             if system in self.children:
                 self.client.log_batch(self.children[system], metrics=_as_metrics(
                     {f"{system}.{k}": float(v) for k, v in scores.items()}))
@@ -462,7 +463,7 @@ class EvalTracker:
             self.end("FAILED")
 
 
-def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Path, extra_params: dict[str, Any],
+def log_eval_run(settings: NemoriSettings, summary: RunSummary, out_dir: Path, extra_params: dict[str, Any],
                  run_name: str | None = None, pipeline: Any = None) -> str:
     """Log a finished eval in one go (parent + a child per system): ``EvalTracker.start`` then ``finish``.
 
@@ -472,18 +473,18 @@ def log_eval_run(settings: NemoriSettings, summary: dict[str, Any], out_dir: Pat
     from nemori_dspy.eval.model import ProgramModel, program_state
 
     module = pipeline if pipeline is not None else ProgramModel(settings)
-    tracker = EvalTracker(settings, out_dir, list(summary.get("systems", summary["scores"].keys())),
+    tracker = EvalTracker(settings, out_dir, summary.systems or list(summary.scores),
                           run_name or Path(out_dir).name)
     with tracker:
         tracker.start(extra_params, stage_prompts(module))
         return tracker.finish(summary, program_state(pipeline) if pipeline is not None else None)
 
 
-def _judge_params(summary: dict[str, Any]) -> dict[str, str]:
+def _judge_params(summary: RunSummary) -> dict[str, str]:
     """``<judge>.{model,prompt_hash,failures}`` per judge of the panel (``judge``, ``judge_strict``)."""
     params: dict[str, str] = {}
-    for name, info in (summary.get("judges") or ({"judge": summary["judge"]} if summary.get("judge") else {})).items():
-        params.update(flatten(info, f"{name}."))
+    for name, info in (summary.judges or ({"judge": summary.judge} if summary.judge else {})).items():
+        params.update(flatten(info.model_dump(), f"{name}."))
     return params
 
 
@@ -494,7 +495,7 @@ def _as_metrics(values: dict[str, float]) -> list[Any]:
     return [Metric(k, float(v), now, 0) for k, v in values.items()]
 
 
-def _metrics(summary: dict[str, Any]) -> list[Any]:
+def _metrics(summary: RunSummary) -> list[Any]:
     """The final metrics of an eval summary.
 
     Names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
@@ -504,33 +505,34 @@ def _metrics(summary: dict[str, Any]) -> list[Any]:
     ``stage.<stage>.calls_per_{100_turns,episode}`` and ``guard.<counter>.per_100_turns`` (stage activity).
     """
     metrics: dict[str, float] = {}
-    for system, scores in summary["scores"].items():
+    for system, scores in summary.scores.items():
         metrics.update({f"{system}.{k}": float(v) for k, v in scores.items()})
-    for stage, usage in summary["usage"].items():
+    for stage, usage in summary.usage.items():
         metrics.update({f"cost.{stage}.{k}": float(v) for k, v in usage.items()})
-    for stage, usage in (summary.get("construction_usage") or {}).items():
+    for stage, usage in summary.construction_usage.items():
         metrics.update({f"construction.{stage}.{k}": float(v) for k, v in usage.items()})
-    metrics.update({f"counter.{k}": float(v) for k, v in summary["counters"].items()})
-    metrics.update({f"embedding.{k}": float(v) for k, v in (summary.get("embedding_usage") or {}).items()})
-    for name, audit in (summary.get("judge_audit") or {}).items():
+    metrics.update({f"counter.{k}": float(v) for k, v in summary.counters.items()})
+    if summary.embedding_usage:
+        metrics.update({f"embedding.{k}": float(v) for k, v in summary.embedding_usage.model_dump().items()})
+    for name, audit in (summary.judge_audit_dicts() or {}).items():
         metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
-    metrics["ingest_seconds"] = float(summary["ingest_seconds"])
+    metrics["ingest_seconds"] = float(summary.ingest_seconds)
     from nemori_dspy.eval.memory_quality import memory_metrics  # memory.<metric>
 
-    metrics.update(memory_metrics(summary))
-    if summary.get("stage_activity"):  # stage.<stage>.calls_per_100_turns / calls_per_episode, guard.<counter>.*
+    metrics.update(memory_metrics(summary.memory))
+    if summary.stage_activity:  # stage.<stage>.calls_per_100_turns / calls_per_episode, guard.<counter>.*
         from nemori_dspy.eval.stage_activity import stage_metrics
-        metrics.update(stage_metrics(summary["stage_activity"]))
+        metrics.update(stage_metrics(summary.stage_activity))
     return _as_metrics(metrics)
 
 
-def _charts(summary: dict[str, Any], out_dir: Path) -> None:
+def _charts(result: RunResult, out_dir: Path) -> None:
     from nemori_dspy.eval.charts import category_bar_chart, cost_by_stage_chart
 
-    metric = (summary.get("judge_metrics") or (["judge"] if summary.get("judge") else ["f1"]))[0]
+    metric = (result.judge_metrics or (["judge"] if result.judge else ["f1"]))[0]
     try:
-        category_bar_chart(summary["rows"], metric, summary["systems"], out_dir / f"scores_by_category_{metric}.png",
-                           groups=summary.get("groups"), benchmark=summary.get("benchmark", "LoCoMo"))
-        cost_by_stage_chart(summary["construction_usage"] or summary["usage"], out_dir / "cost_by_stage.png")
+        category_bar_chart(result.rows, metric, result.systems, out_dir / f"scores_by_category_{metric}.png",
+                           groups=result.groups, benchmark=result.benchmark or "LoCoMo")
+        cost_by_stage_chart(result.construction_usage or result.usage, out_dir / "cost_by_stage.png")
     except (ImportError, ValueError, OSError) as exc:  # a chart must never cost the run its record
         log.warning("chart failed: %s", exc)

@@ -25,7 +25,7 @@ from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
 from .modules.resources import Resources
 from .store.base import MemoryStore
 from .store.sqlite import message_key
-from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, Message, SearchResult,
+from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, MemoryStatus, Message, SearchResult,
                     SemanticEntry, check_metadata)
 from .usage import UsageLedger
 
@@ -229,25 +229,21 @@ class Memory:
         """
         return self.process(self._known(user_id), force=True)
 
-    def status(self, user_id: str) -> dict[str, Any]:
+    def status(self, user_id: str) -> MemoryStatus:
         """Health of one user's memory: what is stored, what waits, and why.
 
         Returns:
-            dict with the store's counts (``messages``, ``pending`` = buffered messages not yet in an
-            episode, ``episodes``, ``superseded_episodes``, ``semantic``, ``to_distill`` = episodes whose
-            semantic step has not been committed) — these are read from the store, so they survive a
-            restart — plus ``known`` (anything stored for the user; an unknown user reads as all
-            zeros), ``parked`` (reasons from this process's latest pass for this user; empty
-            after a restart or once the work succeeds), ``healthy`` (nothing parked and nothing left
-            to distill) and ``counters`` (retries, parked windows...) of this ``Memory`` since it was made
-            (``Memory.usage``; another memory in the process has its own).
+            ``MemoryStatus``: the store's counts (``messages``, ``pending``, ``episodes``,
+            ``superseded_episodes``, ``semantic``, ``to_distill``; read from the store, so they survive a
+            restart), ``known``, ``parked`` (this process's latest pass), ``healthy`` and ``counters`` of this
+            ``Memory`` since it was made (``Memory.usage``; another memory in the process has its own).
         Raises:
             InvalidInputError: a malformed user id.
         """
         stats = self.store.stats(validate_user_id(user_id))
         parked = list(self._parked.get(user_id, []))
-        return {**stats, "known": self.store.user_exists(user_id), "parked": parked,
-                "healthy": not parked and stats.get("to_distill", 0) == 0, "counters": dict(self.usage.counters)}
+        return MemoryStatus(**stats, known=self.store.user_exists(user_id), parked=parked,
+                            healthy=not parked and stats.get("to_distill", 0) == 0, counters=dict(self.usage.counters))
 
     # ------------------------------------------------------------------ query
     @_charged

@@ -86,8 +86,8 @@ class MemoryOps:
         if self.flush_on_remember and res.pending:
             self.memory.flush(user_id)
         st = self.memory.status(user_id)
-        return {"stored": res.ids, "duplicates": res.duplicate_ids, "pending": st["pending"],
-                "episodes": st["episodes"]}
+        return {"stored": res.ids, "duplicates": res.duplicate_ids, "pending": st.pending,
+                "episodes": st.episodes}
 
     def search(self, user_id: str, query: str, top_k: int = 5, metadata: dict | None = None) -> dict[str, Any]:
         """Top-``top_k`` episodes and semantic entries for ``query`` (see ``search_payload``)."""

@@ -30,6 +30,7 @@ __all__ = [
     "ScoredSemantic",
     "SearchResult",
     "AnswerResult",
+    "MemoryStatus",
     "ForgetResult",
     "DeleteMessageResult",
     "Usage",
@@ -338,6 +339,24 @@ class AnswerResult(BaseModel):
     retrieved: SearchResult
     usage: Usage
     mode: Literal["memory", "no-memory"] = "memory"
+
+
+class MemoryStatus(BaseModel):
+    """What ``Memory.status`` returns: one user's stored counts (from the store: they survive a restart), and
+    this process's view of its health."""
+
+    messages: int = Field(0, description="raw messages stored")
+    pending: int = Field(0, description="buffered messages not yet in an episode")
+    episodes: int = Field(0, description="live episodes")
+    superseded_episodes: int = Field(0, description="episode versions replaced by a merge or a rewrite")
+    semantic: int = Field(0, description="live semantic entries")
+    to_distill: int = Field(0, description="live episodes whose semantic step has not been committed")
+    known: bool = Field(False, description="anything stored for the user (an unknown user reads as all zeros)")
+    parked: list[str] = Field(default_factory=list, description="reasons from this process's latest pass for the "
+                              "user; empty after a restart or once the work succeeds")
+    healthy: bool = Field(True, description="nothing parked and nothing left to distill")
+    counters: dict[str, int] = Field(default_factory=dict, description="retries, parked windows... of this Memory "
+                                     "since it was made (all users: ``Memory.usage.counters``)")
 
 
 class ForgetResult(BaseModel):

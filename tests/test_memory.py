@@ -69,19 +69,19 @@ def test_buffered_messages_survive_restart(make_memory):
     res = mem.add_messages("alice", msgs)
     assert res.accepted == 7 and res.duplicates == 0 and res.pending == 7
     assert res.report is not None and res.report.windows == 0  # partial window stays buffered
-    assert mem.status("alice")["episodes"] == 0
+    assert mem.status("alice").episodes == 0
     mem.store.close()
     del mem, res
 
     mem2 = make_memory(window_size=20)  # "restart": new store object + new Memory on the same file
-    assert mem2.status("alice")["pending"] == 7
+    assert mem2.status("alice").pending == 7
     report = mem2.flush("alice")
     assert report.windows == 1 and not report.parked
     got = assigned_ids(mem2, "alice")
     assert sorted(got) == sorted(m["id"] for m in msgs)  # all 7, each in exactly one episode
     assert len(got) == len(set(got)) == 7
     st = mem2.status("alice")
-    assert st["pending"] == 0 and st["messages"] == 7
+    assert st.pending == 0 and st.messages == 7
     # the episodes carry the original raw messages
     contents = {m.content for ep in mem2.list_episodes("alice") for m in ep.messages}
     assert contents == {m["content"] for m in msgs}
@@ -95,14 +95,14 @@ def test_reingesting_same_exchange_is_a_noop(make_memory, with_ids):
     assert first.accepted == 6 and first.duplicates == 0
     mem.flush("bob")
     before = mem.status("bob")
-    assert before["episodes"] > 0 and before["semantic"] > 0 and before["pending"] == 0
+    assert before.episodes > 0 and before.semantic > 0 and before.pending == 0
 
     second = mem.add_messages("bob", exchange(6, with_ids=with_ids))
     assert second.accepted == 0 and second.duplicates == 6
     mem.flush("bob")
     after = mem.status("bob")
     for key in ("messages", "pending", "episodes", "superseded_episodes", "semantic", "to_distill"):
-        assert after[key] == before[key], key
+        assert getattr(after, key) == getattr(before, key), key
 
 
 # --------------------------------------------------------------------------- input errors
@@ -124,7 +124,7 @@ def test_bad_message_fields_are_named(make_memory, bad, field):
     assert exc.value.field == field
     assert field in str(exc.value) and str(exc.value).count("Fix:") == 1
     assert not mem.store.user_exists("carol")  # nothing was stored
-    assert mem.status("carol")["known"] is False
+    assert mem.status("carol").known is False
 
 
 def test_bad_message_in_a_batch_stores_nothing(make_memory):
@@ -188,7 +188,7 @@ def test_odd_user_ids_are_stored_as_inert_strings(make_memory, db: Path, tmp_pat
         assert mem.search(uid, "hiking").episodes  # searchable under its own id
 
     assert set(WEIRD) | {"bystander"} == set(mem.store.list_users())
-    assert mem.status("bystander") | {"counters": None} == bystander | {"counters": None}
+    assert mem.status("bystander").model_copy(update={"counters": {}}) == bystander.model_copy(update={"counters": {}})
     assert sorted(p.name for p in tmp_path.iterdir()) == files_before  # no path built from an id
     # the tables survived "DROP TABLE": a new store on the same file still sees everything
     fresh = SQLiteStore(db)
@@ -215,7 +215,7 @@ def test_unknown_user_errors_only_where_the_call_writes_or_deletes(make_memory):
     ans = mem.answer("ghost", "what?")
     assert ans.context == "" and ans.retrieved.episodes == [] and ans.answer == "I don't know"
     st = mem.status("ghost")
-    assert st["known"] is False and st["messages"] == 0 and st["pending"] == 0
+    assert st.known is False and st.messages == 0 and st.pending == 0
     assert mem.list_episodes("ghost") == [] and mem.list_semantic("ghost") == []
     with pytest.raises(NotFoundError):
         mem.get_episode("ghost", "ep_x")
@@ -238,7 +238,7 @@ def test_delete_user_removes_everything_derived(make_memory):
         mem.add_messages(uid, exchange(6, prefix=prefix))
         mem.flush(uid)
     frank = mem.status("frank")
-    assert mem.status("erin")["semantic"] > 0
+    assert mem.status("erin").semantic > 0
 
     mem.delete_user("erin")
     with pytest.raises(UnknownUserError):
@@ -249,7 +249,7 @@ def test_delete_user_removes_everything_derived(make_memory):
     assert all(v == 0 for v in mem.store.stats("erin").values())
     assert mem.store.list_episodes("erin") == [] and mem.store.list_semantic("erin") == []
 
-    assert mem.status("frank") | {"counters": None} == frank | {"counters": None}
+    assert mem.status("frank").model_copy(update={"counters": {}}) == frank.model_copy(update={"counters": {}})
     assert mem.search("frank", "hiking").episodes
     # the deleted user can start over from scratch
     assert mem.add_messages("erin", exchange(2, prefix="e")).accepted == 2
@@ -351,12 +351,12 @@ def test_concurrent_adds_across_users(db: Path):
 
     lm = ScriptedLM(default_responders(groups_of=25))  # bigger episodes: fewer scripted calls
     for u in ("user0", "user1"):
-        assert mem.status(u)["messages"] == 250 and mem.status(u)["pending"] == 250
+        assert mem.status(u).messages == 250 and mem.status(u).pending == 250
         with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
             report = mem.flush(u)
         assert not report.parked
         st = mem.status(u)
-        assert st["messages"] == 250 and st["pending"] == 0
+        assert st.messages == 250 and st.pending == 0
         got = assigned_ids(mem, u)
         parity = int(u[-1])
         expected = {f"t{t}-{i}" for t in range(10) if t % 2 == parity for i in range(50)}
@@ -476,7 +476,7 @@ def test_delete_message_removes_only_what_was_derived_from_it(make_memory, lm):
     assert [e.id for e in mem.list_episodes("lee")] == [other.id]           # the other episode is untouched
     assert set(e.id for e in mem.list_semantic("lee")) == set(sem_before) - only_target
     st = mem.status("lee")
-    assert st["messages"] == 7 and st["pending"] == 3                      # re-buffered, not lost
+    assert st.messages == 7 and st.pending == 3                      # re-buffered, not lost
     with pytest.raises(NotFoundError):
         mem.delete_message("lee", "d1")
 
@@ -484,11 +484,11 @@ def test_delete_message_removes_only_what_was_derived_from_it(make_memory, lm):
     held = assigned_ids(mem, "lee")
     assert sorted(held) == sorted(f"d{i}" for i in range(8) if i != 1) and len(held) == len(set(held))
     assert all("(line 1)" not in m.content for ep in mem.list_episodes("lee") for m in ep.messages)
-    assert mem.status("lee")["pending"] == 0
+    assert mem.status("lee").pending == 0
     # a pending message is simply removed
     mem.add_messages("lee", exchange(1, prefix="p"))
     assert mem.delete_message("lee", "p0") == DeleteMessageResult()
-    assert mem.status("lee")["messages"] == 7
+    assert mem.status("lee").messages == 7
 
 
 def test_delete_message_also_removes_superseded_versions_holding_it(make_memory, lm):
@@ -496,13 +496,13 @@ def test_delete_message_also_removes_superseded_versions_holding_it(make_memory,
     mem = make_memory(window_size=2)
     mem.add_messages("max", exchange(4))
     mem.flush("max")
-    assert mem.status("max")["superseded_episodes"] >= 1
+    assert mem.status("max").superseded_episodes >= 1
     live = mem.list_episodes("max")
     assert len(live) == 1 and sorted(live[0].message_ids) == ["d0", "d1", "d2", "d3"]
     out = mem.delete_message("max", "d0")
     assert live[0].id in out.episodes and len(out.episodes) >= 2   # the merged episode and the one it absorbed
     st = mem.status("max")
-    assert st["episodes"] == 0 and st["pending"] == 3
+    assert st.episodes == 0 and st.pending == 3
     remaining = mem.store._conn().execute("SELECT message_ids FROM episodes WHERE user_id='max'").fetchall()
     assert all('"d0"' not in r[0] for r in remaining)                     # no copy of d0 left anywhere
 
@@ -621,14 +621,14 @@ def test_two_memories_in_one_process_have_separate_usage_and_counters(tmp_path, 
     b = Memory(SQLiteStore(tmp_path / "b.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
     with dspy.context(lm=a_lm, adapter=dspy.ChatAdapter()):
         a.add_messages("alice", exchange(20))
-    assert b.status("bob")["counters"] == {} and b.usage.snapshot() == {}  # b has made no call yet
+    assert b.status("bob").counters == {} and b.usage.snapshot() == {}  # b has made no call yet
     a_counters, a_calls = dict(a.usage.counters), _llm_calls(a)
     with dspy.context(lm=b_lm, adapter=dspy.ChatAdapter()):
         b.add_messages("bob", exchange(10))
         b.answer("bob", "Where is Alice moving?")
     assert _llm_calls(a) == sum(a_lm.calls.values()) and _llm_calls(b) == sum(b_lm.calls.values())
-    assert a.status("alice")["counters"] == a.usage.counters == a_counters and _llm_calls(a) == a_calls  # b left a alone
-    assert b.status("bob")["counters"] == b.usage.counters and 0 < b.usage.counters["evoke_calls"] < a_counters["evoke_calls"]
+    assert a.status("alice").counters == a.usage.counters == a_counters and _llm_calls(a) == a_calls  # b left a alone
+    assert b.status("bob").counters == b.usage.counters and 0 < b.usage.counters["evoke_calls"] < a_counters["evoke_calls"]
     assert b.usage.snapshot()["answer"].calls == 1 and "answer" not in a.usage.snapshot()
     assert a.usage.embedding_summary()["calls"] > 0 and b.usage.embedding_summary()["calls"] > 0
     # the test's ledger, active around both, holds their sum and nothing else
@@ -709,5 +709,5 @@ def test_a_programming_error_inside_a_stage_raises_through_memory_and_parks_noth
     with pytest.raises(TypeError, match="unsupported operand"):
         memory.add_messages("tina", exchange(10))
     st = memory.status("tina")
-    assert st["parked"] == [] and st["pending"] == 10  # not parked as an LLM failure; the messages are kept
-    assert "retries" not in st["counters"] and "parked_windows" not in st["counters"]
+    assert st.parked == [] and st.pending == 10  # not parked as an LLM failure; the messages are kept
+    assert "retries" not in st.counters and "parked_windows" not in st.counters

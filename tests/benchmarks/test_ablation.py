@@ -12,6 +12,7 @@ from benchmarks import ablation
 from benchmarks.ablation import GroupRun, construction_groups, default_systems, figures, main, resolve_slice
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.eval.systems import SYSTEMS, parse_systems
+from nemori_dspy.eval.summary import RunResult
 from tests.fakes import SYNTHETIC_LOCOMO
 
 SMALL = "nemori,nemori-s,nemori-no-episodic,nemori-no-raw,no-memory"
@@ -81,9 +82,9 @@ def test_a_second_run_reuses_the_built_memory_and_says_its_cost_is_not_measured(
 def test_memory_and_stage_activity_sections_are_carried_when_the_summary_has_them(tmp_path):
     rows = [{"system": s, "sample_id": "c", "index": i, "category": 1, "judge": float(i % 2), "f1": 0.5}
             for s in ("nemori", "no-memory") for i in range(4)]
-    summary = {"rows": rows, "construction_usage": {"narrate": {"calls": 2, "input_tokens": 90, "output_tokens": 10}},
-               "memory": {"caption": "shares ×100", "table": "system  fact recall\nnemori  50.0"},
-               "stage_activity": {"anticipate": {"calls_per_100": 3.0}}}
+    summary = RunResult(rows=rows, construction_usage={"narrate": {"calls": 2, "input_tokens": 90, "output_tokens": 10}},
+                        memory={"caption": "shares ×100", "table": "system  fact recall\nnemori  50.0"},
+                        stage_activity={"anticipate": {"calls_per_100": 3.0}})
     fig = figures([GroupRun(["nemori", "no-memory"], tmp_path, summary)], turns=200, n_resamples=200)
     nemori = fig["per_system"]["nemori"]
     assert nemori["memory"]["table"].endswith("50.0") and nemori["stage_activity"]["anticipate"]["calls_per_100"] == 3.0

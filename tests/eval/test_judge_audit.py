@@ -108,12 +108,12 @@ def test_run_locomo_reports_the_audit_beside_the_scores(tmp_path):
         summary = run_locomo(mem, [conv], EvalOptions(progress=False, systems=[SYSTEMS["nemori"]]), panel,
                              tmp_path / "run")
     # the scripted judge says CORRECT when the answer is inside the gold: gold → CORRECT, "Denver" → WRONG
-    assert summary["judge_audit"]["judge"] == {"on_gold": 1.0, "on_wrong": 1.0, "overall": 1.0,
+    assert summary.judge_audit["judge"].model_dump() == {"on_gold": 1.0, "on_wrong": 1.0, "overall": 1.0,
                                                "n_gold": 2, "n_wrong": 2, "n": 4}
-    assert json.loads((tmp_path / "run/summary.json").read_text())["judge_audit"] == summary["judge_audit"]
+    assert json.loads((tmp_path / "run/summary.json").read_text())["judge_audit"] == summary.judge_audit_dicts()
     assert "Judge audit" in (tmp_path / "run/tables.md").read_text()
     assert len((tmp_path / "run/judge_audit.jsonl").read_text().splitlines()) == 2
-    assert summary["judges"]["judge"]["prompt_hash"] == summary["judge"]["prompt_hash"]
+    assert summary.judges["judge"].prompt_hash == summary.judge.prompt_hash
 
 
 def test_no_pairs_no_audit(tmp_path):

@@ -43,26 +43,26 @@ def test_one_memory_per_question_per_type_judges_tables_and_audit(tmp_path):
     assert dated_question(qs[0]).startswith(qs[0].question)
     # per-type judges: the abstention one for the _abs question, the rubric judge for preference
     assert {"JudgeLongMemEvalTemporal", "JudgeLongMemEvalPreference", "JudgeLongMemEvalAbstention"} <= set(lm.calls)
-    nemori = summary["scores"]["nemori"]
+    nemori = summary.scores["nemori"]
     assert nemori["judge.temporal-reasoning"] == 0.5  # "3 days" ✓ for gold "3", ✗ for "12 days"
     assert nemori["judge.abstention"] == 1.0 and nemori["n.abstention"] == 1 and nemori["n.overall"] == 4
     assert nemori["judge.single-session-preference"] == 1.0
     # upstream's metrics: task-averaged over the three types present
-    assert summary["longmemeval"]["nemori"]["judge"]["task_averaged"] == pytest.approx((0.5 + 1 + 1) / 3)
+    assert summary.longmemeval["nemori"]["judge"]["task_averaged"] == pytest.approx((0.5 + 1 + 1) / 3)
     assert nemori["judge.task-averaged"] == pytest.approx((0.5 + 1 + 1) / 3)
     # F1 only where the reference is an answer (not for the rubric or the abstention explanation)
     assert all(r["f1"] is None for r in rows if r["category"] == "single-session-preference" or r["is_abstention"])
     # evidence recall on LongMemEval's own turn ids ("<session>:<turn>"); none for the control
     assert all(r["recall_at_10"] == 1.0 for r in rows if r["system"] == "nemori" and r["evidence"])
     assert all(r["recall_at_1"] is None for r in rows if r["system"] == "no-memory")
-    assert "temporal-reasoning" in summary["table"] and "abstention" in summary["table"]
-    assert "multi-session" not in summary["table"]  # types the file lacks get no rows
-    assert "f1_locomo" not in summary["table"]
+    assert "temporal-reasoning" in summary.table and "abstention" in summary.table
+    assert "multi-session" not in summary.table  # types the file lacks get no rows
+    assert "f1_locomo" not in summary.table
     # the audit: both temporal questions lend each other their gold as the wrong answer
-    audit = summary["judge_audit"]["judge"]
-    assert (audit["n_gold"], audit["n_wrong"]) == (2, 2) and audit["on_gold"] == 1.0
+    audit = summary.judge_audit["judge"]
+    assert (audit.n_gold, audit.n_wrong) == (2, 2) and audit.on_gold == 1.0
     saved = json.loads((tmp_path / "run/summary.json").read_text())
-    assert saved["benchmark"] == "LongMemEval" and saved["judge_audit"] == summary["judge_audit"]
+    assert saved["benchmark"] == "LongMemEval" and saved["judge_audit"] == summary.judge_audit_dicts()
     assert saved["judge"]["prompt_hash"] == LongMemEvalJudge().prompt_hash
 
 

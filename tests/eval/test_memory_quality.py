@@ -145,9 +145,9 @@ def test_aggregate_pools_counts_and_the_table_and_metrics_show_them(tmp_path, se
     table = mq.memory_table([q])
     assert "fact recall" in table and "all" in table and "22.2" in table and "30.0" in table
     summary = {"memory": {"systems": {"nemori": q.model_dump()}, "caption": "c", "table": table}}
-    metrics = mq.memory_metrics(summary)
+    metrics = mq.memory_metrics(summary["memory"])
     assert metrics["memory.fact_recall"] == pytest.approx(0.3) and metrics["memory.nemori.junk_entries"] == 2
-    assert "fact_support" in json.dumps(summary) and mq.memory_summary_text(summary).startswith("\nMemory (c)")
+    assert "fact_support" in json.dumps(summary) and mq.memory_summary_text(summary["memory"]).startswith("\nMemory (c)")
     store.close()
 
 

@@ -24,33 +24,33 @@ def test_mini_run_covers_every_turn_and_writes_results(tmp_path, synthetic_mini)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
         summary = run_locomo(mem, synthetic_mini, EvalOptions(progress=False), LLMJudge(), tmp_path / "run")
-    cov = summary["coverage"]["synth-1"]
-    assert cov == {**cov, "messages": 56, "in_one_episode": 56, "in_no_episode": 0, "in_several": 0}
+    cov = summary.coverage["synth-1"]
+    assert (cov.messages, cov.in_one_episode, cov.in_no_episode, cov.in_several) == (56, 56, 0, 0)
     rows = [json.loads(line) for line in (tmp_path / "run/results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 20 and {r["system"] for r in rows} == {"nemori", "no-memory"}
     assert {r["category"] for r in rows} == {1, 2, 3, 4}
     # context size is measured on the context itself: none without memory, some with it
     assert {r["context_tokens"] for r in rows if r["system"] == "no-memory"} == {0}
     assert all(r["context_tokens"] > 0 for r in rows if r["system"] == "nemori")
-    assert summary["scores"]["nemori"]["n.overall"] == 20
+    assert summary.scores["nemori"]["n.overall"] == 20
     # the scripted answerer says "7 May 2023" with memory and "I don't know" without; the scripted judge
     # says CORRECT when the answer is inside the gold one: only for "When did Elias finish the Lakeside …?"
-    scores = summary["scores"]
+    scores = summary.scores
     assert scores["nemori"]["f1.overall"] > scores["no-memory"]["f1.overall"]
     assert (scores["nemori"]["judge.temporal"], scores["nemori"]["judge.overall"]) == (1 / 7, 1 / 20)
     assert scores["no-memory"]["judge.overall"] == 0.0
     assert [scores["nemori"][f"n.{c}"] for c in ("multi-hop", "temporal", "open-domain", "single-hop")] == [4, 7, 2, 7]
-    usage = summary["construction_usage"]
+    usage = summary.construction_usage
     # a window of w = 40 ends at its last time gap (hold_open_segment): the first 40 turns (D1:1-19, D2:1-17,
     # D3:1-4) form D1 and D2, cut apart at the gap before P_par, and D3:1-4 stay buffered; D3 (20 turns) forms
     # at the flush: one P_par call per session. Groups of 5 give 4 | 4 | 4 episodes, each narrated once (the
     # scripted P_sel never continues one)
     assert usage["partition"]["calls"] == 3 and usage["narrate"]["calls"] == 12
-    assert "n=" in summary["table"] and (tmp_path / "run/tables.md").exists()
+    assert "n=" in summary.table and (tmp_path / "run/tables.md").exists()
     # model="local": dollars read "local" in the usage table too, not 0.0000
-    usage_total = next(l for l in summary["usage_table"].splitlines() if l.startswith("total"))
+    usage_total = next(l for l in summary.usage_table.splitlines() if l.startswith("total"))
     assert usage_total.endswith("local") and "0.0000" not in (tmp_path / "run/tables.md").read_text()
-    assert summary["judge"]["prompt_hash"] and summary["parked"] == []
+    assert summary.judge.prompt_hash and summary.parked == []
 
 
 def test_image_turns_reach_memory_with_their_caption(tmp_path, synthetic_mini):
@@ -93,8 +93,8 @@ def test_concurrent_construction_builds_every_conversation_in_its_own_user(tmp_p
         opts = EvalOptions(progress=False, max_questions=2, systems=[SYSTEMS["nemori"]], concurrency=2)
         summary = run_locomo(mem, [synthetic_mini[0], twin], opts, None, tmp_path / "run")
     for sid in ("synth-1", "synth-1-twin"):
-        cov = summary["coverage"][sid]
-        assert (cov["messages"], cov["in_one_episode"], cov["in_several"]) == (56, 56, 0)
+        cov = summary.coverage[sid]
+        assert (cov.messages, cov.in_one_episode, cov.in_several) == (56, 56, 0)
         assert {m for ep in mem.list_episodes(sid) for m in ep.message_ids} == {m.id for m in synthetic_mini[0].messages}
     rows = [json.loads(line) for line in (tmp_path / "run/results.jsonl").read_text().splitlines()]
     assert sorted(r["sample_id"] for r in rows) == ["synth-1", "synth-1", "synth-1-twin", "synth-1-twin"]
@@ -113,11 +113,11 @@ def test_a_run_reports_its_own_usage_and_leaves_other_ledgers_intact(tmp_path, s
         calls_after_first = sum(lm.calls.values())
         second = run_locomo(mem, synthetic_mini, opts, LLMJudge(), tmp_path / "b")  # memory reused: answers only
     assert ledger.counters["before_the_run"] == 1  # not reset by either run
-    run_calls = lambda s: sum(u["calls"] + u["cache_hits"] for u in s["usage"].values())  # noqa: E731
+    run_calls = lambda s: sum(u["calls"] + u["cache_hits"] for u in s.usage.values())  # noqa: E731
     assert run_calls(first) == calls_after_first and run_calls(second) == sum(lm.calls.values()) - calls_after_first
-    assert "partition" not in second["usage"] and second["usage"]["answer"]["calls"] == 2
+    assert "partition" not in second.usage and second.usage["answer"]["calls"] == 2
     # the memory was charged with its construction and both runs' answers, not the judge's calls
     assert mem.usage.snapshot()["answer"].calls == 4 and "judge" not in mem.usage.snapshot()
     cost = json.loads((tmp_path / "b/cost.json").read_text())
     assert set(cost) == {"usage", "construction_usage", "counters", "embedding_usage", "ingest_seconds"}
-    assert cost["usage"] == second["usage"]
+    assert cost["usage"] == second.usage

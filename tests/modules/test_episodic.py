@@ -142,16 +142,16 @@ def test_narration_failing_permanently_stores_no_episode_and_keeps_messages_pend
         mem = Memory(store, HashingEmbedder(64), NemoriSettings(window_size=10))
         res = mem.add_messages("u", _messages(10))
         assert res.report.parked and "stay buffered" in res.report.parked[0]
-        assert store.stats("u")["episodes"] == 0 and mem.status("u")["pending"] == 10
+        assert store.stats("u")["episodes"] == 0 and mem.status("u").pending == 10
         st = mem.status("u")
-        assert not st["healthy"] and "model server down" in st["parked"][0]
+        assert not st.healthy and "model server down" in st.parked[0]
     # after a restart the parked reason is gone but the waiting work is still reported (from the store)
     reopened = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
-    assert reopened.status("u")["pending"] == 10 and reopened.status("u")["parked"] == []
+    assert reopened.status("u").pending == 10 and reopened.status("u").parked == []
     # the model comes back: the same messages are processed, none lost
     with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
         assert not mem.flush("u").parked
-    assert mem.status("u")["healthy"] and mem.status("u")["parked"] == []
+    assert mem.status("u").healthy and mem.status("u").parked == []
     assert sorted(m for ep in mem.list_episodes("u") for m in ep.message_ids) == sorted(f"D1:{i}" for i in range(1, 11))
 
 
@@ -227,9 +227,9 @@ def test_the_conversation_after_a_windows_last_gap_waits_for_the_next_window_and
         mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(window_size=10))
         report = mem.add_messages("u", _messages(6) + later[:4]).report
         assert [len(ep.message_ids) for ep in mem.list_episodes("u")] == [6]  # D2:1-4 may go on: held
-        assert mem.status("u")["pending"] == 4 and not report.parked
+        assert mem.status("u").pending == 4 and not report.parked
         mem.add_messages("u", later[4:10])  # D2 is 10 turns, a full window without a gap: formed whole
-        assert mem.status("u")["pending"] == 0
+        assert mem.status("u").pending == 0
         mem.add_messages("u", later[10:])
         mem.flush("u")  # a flush forms what is held
     spans = sorted((ep.start.date().isoformat(), len(ep.message_ids)) for ep in mem.list_episodes("u"))
@@ -259,7 +259,7 @@ def _mixed(tmp_path, **settings):
 
 def test_mixed_naive_and_offset_timestamps_flush_and_split_by_real_elapsed_time(tmp_path):
     mem, report, lm = _mixed(tmp_path)
-    assert not report.parked and mem.status("u")["pending"] == 0
+    assert not report.parked and mem.status("u").pending == 0
     eps = mem.list_episodes("u")
     # m3 → m4 is 9 h of real time (> 6 h): cut there; m1..m3 are 2 h apart in all
     assert [ep.message_ids for ep in eps] == [["m1", "m2", "m3"], ["m4"]]

@@ -134,7 +134,7 @@ def test_a_conversation_re_sent_under_new_ids_adds_no_facts(tmp_path):
         mem.add_messages("u", talk)
         before = sorted(e.text for e in mem.list_semantic("u"))
         mem.add_messages("u", [{**m, "id": "again-" + m["id"]} for m in talk])
-        assert mem.status("u")["to_distill"] == 0
+        assert mem.status("u").to_distill == 0
     assert sorted(e.text for e in mem.list_semantic("u")) == before and len(before) == 10
 
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from nemori_dspy.apps.cli.options import (EVAL_SETTINGS, POSITIVE_INT, SLICE_HEL
                                           data_option, db_option, no_cache_option, out_option, program_and_tracking_options,
                                           setting_options, verbose_option)
 from nemori_dspy.apps.context import RunContext, locomo_judges, resolve_dataset, run_dir, split_ids
+
+if TYPE_CHECKING:  # pragma: no cover - the eval (pydantic) is imported when a command runs, not for --help
+    from nemori_dspy.eval.summary import RunResult
 
 __all__ = ["eval_group", "report", "named_slice_ids", "print_summary"]
 
@@ -241,7 +244,7 @@ def _start_tracker(tracker: Any, settings: Any, pipeline: Any, params: dict[str,
           f"(watch: mlflow ui --backend-store-uri {tracking_uri(settings)})", flush=True)
 
 
-def _finish_tracker(tracker: Any, settings: Any, summary: dict[str, Any], pipeline: Any,
+def _finish_tracker(tracker: Any, settings: Any, summary: RunResult, pipeline: Any,
                     register_model: str | None) -> None:
     """Final metrics, artifacts and the program model into the live runs; they end FINISHED."""
     if tracker is None:
@@ -273,71 +276,87 @@ def _ready_line(rt: Any, no_judge: bool, t0: float) -> str:
 
 
 
-def print_summary(summary: dict[str, Any], seconds: float, local: bool = True) -> None:
-    """The human summary of an eval's ``summary`` (``eval.runner.run_locomo`` / ``run_longmemeval``): cost and
+def print_summary(result: RunResult, seconds: float, local: bool = True) -> None:
+    """The human summary of an eval's ``RunResult`` (``eval.runner.run_locomo`` / ``run_longmemeval``): cost and
     usage per stage, answer time, scores with CIs, memory, paired differences, judge audit, stage activity,
     coverage and counters; ``seconds`` is this invocation's wall time, ``local`` prices the cost table at $0."""
+    _print_cost(result, local)
+    _print_scores(result)
+    _print_audit_and_activity(result)
+    _print_coverage_and_counters(result)
+    where = " this invocation" if result.resumed_answers else ""
+    print(f"total {seconds / 60:.1f} min{where} (memory construction {result.ingest_seconds / 60:.1f} min"
+          f"{' over the whole run' if where else ''})")
+
+
+def _print_cost(result: RunResult, local: bool) -> None:
     from nemori_dspy.eval.metrics import answer_time_table, cost_table
     from nemori_dspy.eval.runner import CONSTRUCTION_STAGES
 
     print("\nConstruction cost per stage (LLM calls and tokens; Table 9 layout):")
-    print(cost_table(summary["construction_usage"], CONSTRUCTION_STAGES, local=local))
+    print(cost_table(result.construction_usage, CONSTRUCTION_STAGES, local=local))
     print("\nAll LLM usage per stage (construction + answering + judge), with cache hits and seconds:")
-    print(summary["usage_table"])
-    e = summary.get("embedding_usage")
+    print(result.usage_table)
+    e = result.embedding_usage
     if e:
-        price = f"${e['cost_usd']:.4f}" if e["cost_usd"] else "$0 (local or unpriced)"
-        print(f"Embedding calls (apart from LLM calls): {e['calls']} calls, {e['texts']} texts, "
-              f"{e['tokens']} tokens, {e['seconds']:.1f} s, {price}")
+        price = f"${e.cost_usd:.4f}" if e.cost_usd else "$0 (local or unpriced)"
+        print(f"Embedding calls (apart from LLM calls): {e.calls} calls, {e.texts} texts, "
+              f"{e.tokens} tokens, {e.seconds:.1f} s, {price}")
     print("\nAnswer time per system (Table 4 layout):")
-    print(answer_time_table(summary["rows"], summary["systems"]))
+    print(answer_time_table(result.rows, result.systems))
+
+
+def _print_scores(result: RunResult) -> None:
     print("\nScores ×100 per category with 95% CI (n = questions):")
-    print(summary["table"])
-    if summary.get("memory"):  # issue 19: the Memory table
+    print(result.table)
+    if result.memory:  # the Memory table
         from nemori_dspy.eval.memory_quality import memory_summary_text
 
-        print(memory_summary_text(summary))
-    if summary.get("paired_table"):  # two or more systems on the same questions
-        print(f"\nPaired differences vs {summary['paired']['baseline']} on the questions both answered (×100; "
+        print(memory_summary_text(result.memory))
+    if result.paired_table:  # two or more systems on the same questions
+        print(f"\nPaired differences vs {result.paired['baseline']} on the questions both answered (×100; "
               "paired bootstrap 95% CI; judge: wins/losses and exact McNemar p):")
-        print(summary["paired_table"])
-    for system, by_metric in (summary.get("longmemeval") or {}).items():  # upstream's summary metrics
+        print(result.paired_table)
+    for system, by_metric in (result.longmemeval or {}).items():  # upstream's summary metrics
         parts = [f"{m} task-averaged {100 * a['task_averaged']:.1f}, abstention "
                  + ("-" if a["abstention"] is None else f"{100 * a['abstention']:.1f}")
                  for m, a in by_metric.items() if a["task_averaged"] is not None]
         if parts:
             print(f"{system} (LongMemEval, ×100): " + "; ".join(parts))
-    if summary.get("judge_audit"):
+
+
+def _print_audit_and_activity(result: RunResult) -> None:
+    if result.judge_audit:
         from nemori_dspy.eval.judge_audit import audit_table
 
         print("\nJudge audit (calibration set from the data: the gold answer must be judged CORRECT, a known-wrong "
               "answer WRONG; accuracy ×100):")
-        print(audit_table(summary["judge_audit"]))
-    if summary.get("stage_activity"):  # issue 19: which stages ran, which guards skipped or rewrote their work
+        print(audit_table(result.judge_audit_dicts()))
+    if result.stage_activity:  # which stages ran, which guards skipped or rewrote their work
         from nemori_dspy.eval.stage_activity import stage_activity_table
 
         print("\nStage activity (construction calls per 100 turns and per episode; guards: how often and why):")
-        print(stage_activity_table(activity=summary["stage_activity"]))
-    for sid, cov in summary["coverage"].items():
-        print(f"{sid}: {cov['messages']} turns, {cov['in_one_episode']} in exactly one episode, "
-              f"{cov['in_no_episode']} in none, {cov['in_several']} in several; {cov['episodes']} episodes")
-    c = summary["counters"]
-    if summary["reused_memory"] and not c.get("evoke_calls") and not summary["ingest_seconds"]:
+        print(stage_activity_table(activity=result.stage_activity))
+
+
+def _print_coverage_and_counters(result: RunResult) -> None:
+    for sid, cov in result.coverage.items():
+        print(f"{sid}: {cov.messages} turns, {cov.in_one_episode} in exactly one episode, "
+              f"{cov.in_no_episode} in none, {cov.in_several} in several; {cov.episodes} episodes")
+    c = result.counters
+    if result.reused_memory and not c.get("evoke_calls") and not result.ingest_seconds:
         print("construction counters: n/a here (memory reused; they are in the summary of the run that built it)")
     else:
         _print_counters(c)
     if c.get("answers_failed"):
         print(f"ANSWERS FAILED {c['answers_failed']}: the answer stage gave no usable reply after its retries "
               "(scored as empty answers; each row's answer_error says why)")
-    if summary["reused_memory"]:
-        print(f"reused memory built by an earlier run: {', '.join(summary['reused_memory'])}")
-    if summary["resumed_answers"]:
-        print(f"resumed: {summary['resumed_answers']} answers were already in results.jsonl")
-    if summary["parked"]:
-        print(f"PARKED work ({len(summary['parked'])}): " + "; ".join(summary["parked"][:5]))
-    where = " this invocation" if summary["resumed_answers"] else ""
-    print(f"total {seconds / 60:.1f} min{where} (memory construction {summary['ingest_seconds'] / 60:.1f} min"
-          f"{' over the whole run' if where else ''})")
+    if result.reused_memory:
+        print(f"reused memory built by an earlier run: {', '.join(result.reused_memory)}")
+    if result.resumed_answers:
+        print(f"resumed: {result.resumed_answers} answers were already in results.jsonl")
+    if result.parked:
+        print(f"PARKED work ({len(result.parked)}): " + "; ".join(result.parked[:5]))
 
 
 def _print_counters(c: dict[str, int]) -> None:

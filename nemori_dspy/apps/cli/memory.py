@@ -108,8 +108,8 @@ def add(**flags: Any) -> int:
         if flags["flush"]:
             memory.flush(user)
         st = memory.status(user)
-    print(f"stored {res.accepted}, duplicates {res.duplicates}; {st['episodes']} episodes, "
-          f"{st['semantic']} semantic entries, {st['pending']} pending")
+    print(f"stored {res.accepted}, duplicates {res.duplicates}; {st.episodes} episodes, "
+          f"{st.semantic} semantic entries, {st.pending} pending")
     return 0
 
 

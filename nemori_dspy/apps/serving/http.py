@@ -253,8 +253,8 @@ def _public(model: BaseModel) -> dict[str, Any]:
 
 
 def _user_status(memory: Memory, processor: BackgroundProcessor, user_id: str) -> dict[str, Any]:
-    st = memory.status(user_id)
-    st.pop("counters", None)  # the whole memory's figures (all users): not one user's business
+    # counters are the whole memory's figures (all users): not one user's business
+    st = memory.status(user_id).model_dump(exclude={"counters"})
     return {**st, **processor.state(user_id).model_dump()}
 
 
