@@ -214,7 +214,7 @@ def test_the_layer_check_catches_a_wrong_arrow_or_a_private_name(rel_path, sourc
 
 @pytest.mark.parametrize("rel_path, source", [
     ("optimizers/tune.py", "from nemori_dspy.eval.metrics import mean_ci95"),
-    ("nemori_dspy/cli.py", "from nemori_dspy.optimizers import tune"),
+    ("nemori_dspy/apps/cli/optimize.py", "from nemori_dspy.optimizers import tune"),
     ("benchmarks/ablation.py", "from nemori_dspy.optimizers.tune import run_optimize"),
     ("eval/runner.py", "from nemori_dspy.stages import CONSTRUCTION_STAGES as _STAGES"),
     ("nemori_dspy/modules/pipeline.py", "from ..signatures import SIGNATURES"),
