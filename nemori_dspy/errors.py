@@ -70,14 +70,15 @@ class MissingExtraError(ConfigError, ImportError):
         extra: the nemori-dspy extra that provides it (``eval``, ``optimize``, ``local``, ``serve``...).
         module: the missing top-level module (``nltk``).
         purpose: what needs it, e.g. ``"nemori-dspy eval"`` (default: "this feature").
+        alternative: another fix, appended as ``..., or <alternative>``.
     """
 
-    def __init__(self, extra: str, module: str, purpose: str | None = None) -> None:
+    def __init__(self, extra: str, module: str, purpose: str | None = None, alternative: str | None = None) -> None:
         self.extra, self.module = extra, module
         self.command = f'pip install "nemori-dspy[{extra}]"'
         super().__init__(f"{purpose or 'this feature'} needs {module!r}, which is not installed (it comes with the "
                          f"{extra!r} extra; the core install has only what serving memory needs). "
-                         f"Fix: {self.command}")
+                         f"Fix: {self.command}" + (f", or {alternative}" if alternative else ""))
         self.name = module
 
 

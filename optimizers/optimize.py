@@ -80,7 +80,7 @@ def check_available(name: str) -> None:
     if name == "mipro":
         from nemori_dspy.extras import require
 
-        require("optuna", "--optimizer mipro (MIPROv2's search)")
+        require("optuna", "--optimizer mipro (MIPROv2's search)", "optimize")
 
 
 def make_optimizer(name: str, metric: Metric, budget: Budget | None = None, prompt_model: dspy.BaseLM | None = None,

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         KeyboardInterrupt: Ctrl-C, after the open runs and model servers have been closed.
     """
     from nemori_dspy.errors import NemoriError
-    from nemori_dspy.extras import extra_error
+    from nemori_dspy.extras import COMMAND_EXTRA, extra_error
 
     # SIGTERM unwinds like Ctrl-C, so the embedded model server and open runs are closed cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:  # a command of an extra the core install lacks (eval, optimize, serve...)
-        err = extra_error(exc, f"nemori-dspy {' '.join(_command_words(argv))}".strip())
+        words = _command_words(argv)
+        err = extra_error(exc, " ".join(["nemori-dspy", *words]), COMMAND_EXTRA.get(words[0]) if words else None)
         if err is None:
             raise
         print(f"error: {err}", file=sys.stderr)
