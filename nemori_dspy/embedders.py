@@ -145,11 +145,12 @@ class SentenceTransformerEmbedder:
     def __init__(self, path_or_name: str | os.PathLike[str] = MINILM_HUB_ID, *, batch_size: int = 64) -> None:
         try:
             from sentence_transformers import SentenceTransformer
-        except ImportError as e:  # pragma: no cover - dependency is declared
-            raise ConfigError(
-                "sentence-transformers is not installed. Fix: pip install sentence-transformers, "
-                "or choose a litellm embedder (NEMORI_EMBEDDER=openai/text-embedding-3-small)."
-            ) from e
+        except ImportError as e:
+            from .errors import MissingExtraError
+
+            raise MissingExtraError("local", "sentence_transformers", f"the local embedder {path_or_name}",
+                                    "choose a provider embedder (NEMORI_EMBEDDER=openai/text-embedding-3-small, "
+                                    "or --embedder)") from e
         src = str(path_or_name)
         try:
             with _quiet_progress_bars():
@@ -263,8 +264,10 @@ class OnnxMiniLMEmbedder:
             from fastembed import TextEmbedding
             from tokenizers import Tokenizer
         except ImportError as e:
-            raise ConfigError("fastembed is not installed (the ONNX route of all-MiniLM-L6-v2). Fix: pip install "
-                              "'nemori-dspy[onnx]', or set NEMORI_EMBEDDER_BACKEND=torch.") from e
+            from .errors import MissingExtraError
+
+            raise MissingExtraError("onnx", "fastembed", "the ONNX route of all-MiniLM-L6-v2",
+                                    "set NEMORI_EMBEDDER_BACKEND=torch") from e
         self._model = TextEmbedding(MINILM_HUB_ID, specific_model_path=str(folder), threads=threads)
         self._counter = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self._counter.no_truncation()

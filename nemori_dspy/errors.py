@@ -8,6 +8,7 @@ __all__ = [
     "UnknownUserError",
     "NotFoundError",
     "ConfigError",
+    "MissingExtraError",
     "EmbedderMismatchError",
     "StoreError",
     "LLMError",
@@ -57,6 +58,28 @@ class NotFoundError(NemoriError, KeyError):
 
 class ConfigError(NemoriError):
     """The configuration cannot work as given (missing model file, bad model string...)."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """A feature needs a package of an optional extra that is not installed (the core install serves memory
+    without the eval, optimize and local-model dependencies); the message names the pip command.
+
+    Also an ``ImportError``, so code that treats a missing optional dependency as an import failure still does.
+
+    Args:
+        extra: the nemori-dspy extra that provides it (``eval``, ``optimize``, ``local``, ``serve``...).
+        module: the missing top-level module (``nltk``).
+        purpose: what needs it, e.g. ``"nemori-dspy eval"`` (default: "this feature").
+        alternative: another fix, appended as ``..., or <alternative>``.
+    """
+
+    def __init__(self, extra: str, module: str, purpose: str | None = None, alternative: str | None = None) -> None:
+        self.extra, self.module = extra, module
+        self.command = f'pip install "nemori-dspy[{extra}]"'
+        super().__init__(f"{purpose or 'this feature'} needs {module!r}, which is not installed (it comes with the "
+                         f"{extra!r} extra; the core install has only what serving memory needs). "
+                         f"Fix: {self.command}" + (f", or {alternative}" if alternative else ""))
+        self.name = module
 
 
 class EmbedderMismatchError(ConfigError):

@@ -74,10 +74,9 @@ def offline_models_dirs(settings: NemoriSettings | None = None) -> list[Path]:
 
 
 def _hub_download(repo_id: str, filename: str) -> Path:
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError as e:  # pragma: no cover - dependency is declared
-        raise ConfigError(f"huggingface_hub is not installed, cannot download {repo_id}/{filename}. {_FIX_HINT}") from e
+    from .extras import require
+
+    hf_hub_download = require("huggingface_hub", f"downloading {repo_id}/{filename}").hf_hub_download
     try:
         return Path(hf_hub_download(repo_id=repo_id, filename=filename))
     except Exception as e:  # network errors, 404, gated repos...

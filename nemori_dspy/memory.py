@@ -1,7 +1,9 @@
 """``Memory``: the public facade — add messages, flush, search, answer, inspect and delete.
 
 Threading: calls for different users run concurrently; one user's processing is serialised by a
-per-user lock, so their episodes form in message order. asyncio: every call has an ``a``-prefixed
+per-user lock, so their episodes form in message order. Across processes, the store's writer lock of the user
+(``store.base.writer_lock``; a file lock with ``SQLiteStore``) is held too, so two processes over one SQLite
+file never process one user at once. asyncio: every call has an ``a``-prefixed
 coroutine twin (``aadd_messages``, ``aflush``, ``asearch``, ``aanswer``) that runs the blocking call
 in a worker thread (``asyncio.to_thread``, context copied), so an event loop is never blocked.
 """
@@ -14,7 +16,8 @@ import logging
 import re
 import threading
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -23,7 +26,7 @@ from .embedders import Embedder
 from .errors import InvalidInputError, UnknownUserError
 from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
 from .modules.resources import Resources
-from .store.base import MemoryStore
+from .store.base import MemoryStore, writer_lock
 from .store.sqlite import message_key
 from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, MemoryStatus, Message, SearchResult,
                     SemanticEntry, check_metadata)
@@ -162,9 +165,13 @@ class Memory:
         self._parked: dict[str, list[str]] = {}
         self.usage = UsageLedger()
 
-    def _lock(self, user_id: str) -> threading.Lock:
+    @contextmanager
+    def _lock(self, user_id: str) -> Iterator[None]:
+        """Hold the user's lock in this process, then the store's writer lock of the user across processes."""
         with self._locks_guard:
-            return self._locks[user_id]
+            lock = self._locks[user_id]
+        with lock, writer_lock(self.store, user_id):
+            yield
 
     def _known(self, user_id: str) -> str:
         validate_user_id(user_id)

@@ -74,16 +74,13 @@ def check_available(name: str) -> None:
     """Fail before any model loads when an optimizer's optional dependency is missing.
 
     Raises:
-        ConfigError: ``mipro`` without ``optuna`` (names the pip command).
+        MissingExtraError: ``mipro`` without ``optuna`` (a ``ConfigError``; names ``pip install
+            "nemori-dspy[optimize]"``).
     """
     if name == "mipro":
-        try:
-            import optuna  # noqa: F401
-        except ImportError:
-            from nemori_dspy.errors import ConfigError
+        from nemori_dspy.extras import require
 
-            raise ConfigError("--optimizer mipro needs optuna (MIPROv2's search). Fix: pip install 'optuna>=3.6' "
-                              "(it is a dependency of nemori-dspy; reinstall with .ci/setup).") from None
+        require("optuna", "--optimizer mipro (MIPROv2's search)", "optimize")
 
 
 def make_optimizer(name: str, metric: Metric, budget: Budget | None = None, prompt_model: dspy.BaseLM | None = None,

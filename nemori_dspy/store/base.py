@@ -20,15 +20,27 @@ Contract (checked by ``tests/store/test_contract.py`` against every backend):
   narratives and raw messages still say what it said. ``forget_semantic`` removes the entry, every
   raw message of its source episodes and, as ``delete_message`` does for each, the episodes holding
   them (live and superseded) and the entries sourced only from those.
+
+Optional: ``user_lock(user_id)``, a context manager holding the user's writer lock across processes;
+``writer_lock(store, user_id)`` takes it when the store has one (``SQLiteStore`` does; ``WeaviateStore`` does
+not, so with Weaviate one process at a time may write a user: see docs/serving.md, "Scaling out").
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Collection, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "writer_lock"]
+
+
+def writer_lock(store: Any, user_id: str) -> AbstractContextManager[Any]:
+    """``store.user_lock(user_id)`` (the user's writer lock across processes) when the store has one, else a
+    no-op context (a store whose writes are serialised only within this process)."""
+    lock = getattr(store, "user_lock", None)
+    return lock(user_id) if callable(lock) else nullcontext()
 
 
 @runtime_checkable

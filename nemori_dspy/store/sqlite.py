@@ -18,6 +18,14 @@ Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, `
 of the search index) to episodes and semantic entries and the FTS5 table ``lexical``, built for the
 existing live rows. An older file is migrated in place when opened (in one write transaction), so old
 files stay readable; a newer file is refused.
+
+Writers across processes. Every write is one ``BEGIN IMMEDIATE`` transaction, so no write is half seen and
+``add_messages`` from any number of processes loses none. Processing a user's window is longer than one
+transaction (read pending messages, LLM calls, commit), so ``user_lock(user_id)`` is a per-user lock across
+processes (a ``filelock`` file under ``<db>.locks/``, released by the OS if its holder dies): ``Memory`` takes
+it around processing, deletions and forgetting, so two processes (two API replicas, a server and a CLI)
+committing one user run one after the other; the second then sees the first's commits and finds nothing
+left to redo (tests/store/test_two_writers.py). ``commit_window`` still refuses a stale window.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from pathlib import Path
 from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
+
+from filelock import FileLock, Timeout
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
 from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage,
@@ -145,6 +155,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._indexes: dict[tuple[str, str], VectorIndex] = {}
         self._cache_lock = threading.Lock()
+        self._user_locks: dict[str, FileLock] = {}
         self._conn().executescript(_SCHEMA)
         self._fts = True
         self._migrate()
@@ -856,6 +867,42 @@ class SQLiteStore:
         return {"episodes": gone, "semantic": sem, "requeued": requeue}
 
     # ------------------------------------------------------------------ users
+    @contextmanager
+    def user_lock(self, user_id: str, timeout: float | None = None) -> Iterator[None]:
+        """Hold ``user_id``'s writer lock, across processes and threads, for a multi-step write.
+
+        The lock is a file ``<db>.locks/<sha256(user_id)[:32]>.lock`` (the id never becomes a path);
+        reentrant in one thread; released by the OS when the holding process dies.
+
+        Args:
+            timeout: seconds to wait for another holder; None waits until it is free.
+        Raises:
+            StoreError: the lock was not free within ``timeout``, or its folder cannot be written.
+        """
+        name = hashlib.sha256(user_id.encode()).hexdigest()[:32]
+        with self._cache_lock:
+            lock = self._user_locks.get(name)
+            if lock is None:
+                folder = Path(str(self.path) + ".locks")
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StoreError(f"cannot create the writer-lock folder {folder}: {exc}. Fix: make the "
+                                     "database's folder writable.") from exc
+                lock = self._user_locks[name] = FileLock(str(folder / f"{name}.lock"), poll_interval=0.01)
+        try:
+            lock.acquire(timeout=-1 if timeout is None else timeout)
+        except Timeout as exc:
+            raise StoreError(f"user {user_id!r} is being written by another process (lock {lock.lock_file} held "
+                             f"for more than {timeout} s). Fix: retry later.") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot take the writer lock {lock.lock_file}: {exc}. Fix: make the database's "
+                             "folder writable.") from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
     def user_exists(self, user_id: str) -> bool:
         """True if the user was ever written."""
         return self._conn().execute("SELECT 1 FROM users WHERE user_id=?", (user_id,)).fetchone() is not None

@@ -6,14 +6,14 @@ SQLite stays the source of truth. Every stored episode / semantic row version ge
 is never rewritten); the index holds rows in ``vseq`` order and is brought up to date by reading only
 rows newer than its last ``vseq`` plus, when the live count disagrees, the live ``vseq`` list (no
 blobs). Files per (user, kind): ``<stem>.f32`` (n × dim float32, unit rows) and ``<stem>.rows``
-(n × [vseq, window] int64); a row is complete when both hold it. Appends take an ``flock`` on
-``<stem>.lock`` so two processes never interleave. The files are a cache: deleting them costs one
+(n × [vseq, window] int64); a row is complete when both hold it. Reads of the files, appends and compaction
+take a file lock on ``<stem>.lock`` (``filelock``: ``flock`` on POSIX, ``msvcrt.locking`` on Windows) so two
+processes never interleave. The files are a cache: deleting them costs one
 rebuild from SQLite on the next search.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
+from filelock import FileLock
 
 __all__ = ["IndexSnapshot", "VectorIndex", "cosines"]
 
@@ -92,6 +93,7 @@ class VectorIndex:
         self.lock = threading.Lock()
         self.snapshot = IndexSnapshot.empty(dim)
         self.loaded = False
+        self._file_lock: FileLock | None = None
 
     # ------------------------------------------------------------------ files
     def _path(self, ext: str) -> Path:
@@ -99,13 +101,13 @@ class VectorIndex:
         return self.stem.with_name(self.stem.name + ext)
 
     @contextmanager
-    def _flock(self, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
-        with open(self._path(".lock"), "a") as f:
-            fcntl.flock(f, mode)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    def _flock(self) -> Iterator[None]:
+        """Hold the exclusive lock on ``<stem>.lock`` (across processes and this process's threads)."""
+        path = str(self._path(".lock"))
+        if self._file_lock is None or self._file_lock.lock_file != path:
+            self._file_lock = FileLock(path, poll_interval=0.005)
+        with self._file_lock:
+            yield
 
     def _read_files(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(vseqs, windows, matrix) of the complete rows on disk; a torn tail is cut off."""
@@ -131,7 +133,7 @@ class VectorIndex:
         if self.stem is None:
             return
         try:
-            with self._flock(fcntl.LOCK_SH):
+            with self._flock():
                 vseqs, windows, matrix = self._read_files()
         except (OSError, ValueError) as exc:
             log.warning("search index %s unreadable (%s); rebuilding it from the database", self.stem, exc)

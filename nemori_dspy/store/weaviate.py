@@ -58,9 +58,12 @@ objects of every tenant when older collections are opened.
 numbers continue from the largest stored ``seq``. A batch cut by a crash keeps the messages written
 so far, and re-adding the batch stores the rest.
 
-Limits: one writer per user at a time (the pipeline's model; two processes committing the same
-user concurrently are not serialised as SQLite's lock does). Not run against a live server on the
-machine it was written on: ``tests/store/test_contract.py`` runs it when ``NEMORI_WEAVIATE_URL`` is set.
+Limits: one writer process per user at a time. ``Memory`` serialises a user's writes within its process;
+this store has no ``user_lock`` (``SQLiteStore`` has: a file lock), so two processes committing the same user
+concurrently are not serialised: the second one's step would roll the first one's pending step back, and
+concurrent adds may share arrival numbers. Run one API replica, or route every request of a user to the same
+replica (docs/serving.md, "Scaling out"). Not run against a live server on the machine it was written on:
+``tests/store/test_contract.py`` runs it when ``NEMORI_WEAVIATE_URL`` is set.
 """
 
 from __future__ import annotations

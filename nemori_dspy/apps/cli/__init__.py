@@ -39,6 +39,16 @@ for _command in (eval_group, optimize, report, serve, *MEMORY_COMMANDS):
     cli.add_command(_command)
 
 
+def _command_words(argv: Sequence[str] | None) -> list[str]:
+    """The command (and subcommand) words of ``argv``, for an error message: ``["eval", "locomo"]``."""
+    words = []
+    for a in list(sys.argv[1:] if argv is None else argv):
+        if a.startswith("-") or len(words) == 2:
+            break
+        words.append(a)
+    return words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nemori-dspy`` script: runs the command ``argv`` names (default ``sys.argv[1:]``) and
     returns its exit code; a ``NemoriError`` prints one line (``error: ...``) and returns 2.
@@ -46,9 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Raises:
         SystemExit: 2 on a usage error (unknown command or flag, bad value; the message goes to stderr), 0 after
             ``--help``, 143 / 129 on SIGTERM / SIGHUP.
+        ModuleNotFoundError: a module no extra provides is missing (one an extra provides, e.g. ``nltk`` of
+            ``eval``, prints ``error: ... Fix: pip install "nemori-dspy[eval]"`` and returns 2).
         KeyboardInterrupt: Ctrl-C, after the open runs and model servers have been closed.
     """
     from nemori_dspy.errors import NemoriError
+    from nemori_dspy.extras import COMMAND_EXTRA, extra_error
 
     # SIGTERM unwinds like Ctrl-C, so the embedded model server and open runs are closed cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -59,6 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         standalone_mode=False)
     except NemoriError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a command of an extra the core install lacks (eval, optimize, serve...)
+        words = _command_words(argv)
+        err = extra_error(exc, " ".join(["nemori-dspy", *words]), COMMAND_EXTRA.get(words[0]) if words else None)
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except click.ClickException as exc:
         exc.show()
