@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -104,30 +104,23 @@ def eval_locomo(**flags: Any) -> int:
     out = run_dir(flags["out"], "locomo", flags["resume"])  # created by the run itself, once the model is up
     print(f"dataset {data} ({len(conversations)} conversation(s)); systems {', '.join(s.name for s in systems)}; "
           f"run folder {out}", flush=True)
-    t0 = time.perf_counter()
-    tracker = _tracker(flags["no_mlflow"], flags["resume"], settings, out, [s.name for s in systems])
-    with tracker or contextlib.nullcontext():
-        with ctx.runtime() as rt:
-            print(_ready_line(rt, flags["no_judge"], t0), flush=True)
-            provider, embedder_name = ctx.memory_provider(rt, data_sha, program,
-                                                          sessions.label() if sessions else None, flags["db"])
-            pipeline = provider.memory(systems[0]).pipeline
-            _start_tracker(tracker, settings, pipeline, {
-                "dataset.path": str(data), "dataset.sha256": data_sha,
+
+    def params(rt: Any, embedder_name: str) -> dict[str, Any]:
+        return {"dataset.path": str(data), "dataset.sha256": data_sha,
                 "dataset.conversations": ",".join(c.sample_id for c in conversations),
                 "max_questions": flags["max_questions"], "model_label": rt.model_label, "embedder": embedder_name,
                 "sessions": sessions.label() if sessions else "all", "program": flags["program"],
-                "server": _flags(rt.server), "judge_server": _flags(rt.judge_server)})
-            opts = EvalOptions(systems=systems, max_questions=flags["max_questions"], resume=flags["resume"],
-                               concurrency=flags["concurrency"], **_observer(tracker))
-            judge = None if flags["no_judge"] else locomo_judges(settings, rt, locomo_audit_pairs(
-                conversations, opts.categories, opts.max_questions, settings.judge_audit))
-            with tracker.tracing() if tracker else contextlib.nullcontext():
-                summary = run_locomo(provider, conversations, opts, judge, out)
-            pipeline.save(str(out / "program.json"))
-        print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
-        _finish_tracker(tracker, settings, summary, pipeline, flags["register_model"])
-    return 0
+                "server": _flags(rt.server), "judge_server": _flags(rt.judge_server)}
+
+    def prepare(rt: Any, provider: Any, observer: dict[str, Any]) -> Callable[[], RunResult]:
+        opts = EvalOptions(systems=systems, max_questions=flags["max_questions"], resume=flags["resume"],
+                           concurrency=flags["concurrency"], **observer)
+        judge = None if flags["no_judge"] else locomo_judges(settings, rt, locomo_audit_pairs(
+            conversations, opts.categories, opts.max_questions, settings.judge_audit))
+        return lambda: run_locomo(provider, conversations, opts, judge, out)
+
+    return _run_benchmark(ctx, flags, systems, out, (data_sha, program, sessions.label() if sessions else None),
+                          params, prepare)
 
 
 @eval_group.command("longmemeval", help="LongMemEval QA: build one memory per question, answer, judge per "
@@ -164,30 +157,22 @@ def eval_longmemeval(**flags: Any) -> int:
     out = run_dir(flags["out"], "longmemeval", flags["resume"])
     print(f"dataset {data} ({len(questions)} question(s), one memory each); systems "
           f"{', '.join(s.name for s in systems)}; run folder {out}", flush=True)
-    t0 = time.perf_counter()
-    tracker = _tracker(flags["no_mlflow"], flags["resume"], settings, out, [s.name for s in systems])
-    with tracker or contextlib.nullcontext():
-        with ctx.runtime() as rt:
-            print(_ready_line(rt, flags["no_judge"], t0), flush=True)
-            provider, embedder_name = ctx.memory_provider(rt, data_sha, program, None, flags["db"])
-            pipeline = provider.memory(systems[0]).pipeline
-            _start_tracker(tracker, settings, pipeline, {
-                "benchmark": "longmemeval", "dataset.path": str(data), "dataset.sha256": data_sha,
+
+    def params(rt: Any, embedder_name: str) -> dict[str, Any]:
+        return {"benchmark": "longmemeval", "dataset.path": str(data), "dataset.sha256": data_sha,
                 "dataset.questions": len(questions), "question_types": flags["question_types"] or "all",
                 "max_questions": max_questions, "model_label": rt.model_label, "embedder": embedder_name,
-                "program": flags["program"], "server": _flags(rt.server)})
-            judge = None if flags["no_judge"] else JudgePanel(
-                {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries,
-                                           model_label=rt.judge_label)},
-                longmemeval_audit_pairs(questions, settings.judge_audit))
-            opts = EvalOptions(systems=systems, resume=flags["resume"], concurrency=flags["concurrency"],
-                               **_observer(tracker))
-            with tracker.tracing() if tracker else contextlib.nullcontext():
-                summary = run_longmemeval(provider, questions, opts, judge, out)
-            pipeline.save(str(out / "program.json"))
-        print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
-        _finish_tracker(tracker, settings, summary, pipeline, flags["register_model"])
-    return 0
+                "program": flags["program"], "server": _flags(rt.server)}
+
+    def prepare(rt: Any, provider: Any, observer: dict[str, Any]) -> Callable[[], RunResult]:
+        judge = None if flags["no_judge"] else JudgePanel(
+            {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries,
+                                       model_label=rt.judge_label)},
+            longmemeval_audit_pairs(questions, settings.judge_audit))
+        opts = EvalOptions(systems=systems, resume=flags["resume"], concurrency=flags["concurrency"], **observer)
+        return lambda: run_longmemeval(provider, questions, opts, judge, out)
+
+    return _run_benchmark(ctx, flags, systems, out, (data_sha, program, None), params, prepare)
 
 
 @click.command("report", help="print the side-by-side table of a finished run from MLflow")
@@ -211,6 +196,40 @@ def report(run_id: str | None, compare: str | None, tracking_uri: str | None, ex
         print(reports.compare(uri, run_id, compare, experiment or settings.mlflow_experiment))
         return 0
     print(reports.report(uri, run_id, experiment or settings.mlflow_experiment))
+    return 0
+
+
+def _run_benchmark(ctx: RunContext, flags: dict[str, Any], systems: list[Any], out: Path,
+                   memory_key: tuple[str, Any, str | None],
+                   params: Callable[[Any, str], dict[str, Any]],
+                   prepare: Callable[[Any, Any, dict[str, Any]], Callable[[], RunResult]]) -> int:
+    """The run both benchmarks share: the MLflow parent run, the runtime, the memory provider, the run's params,
+    the benchmark itself under tracing, ``program.json``, then the summary printed and logged.
+
+    Args:
+        memory_key: (dataset sha256, start program, slice label or None) the memory provider keys stores by.
+        params: (runtime, embedder name) → the MLflow params of the run.
+        prepare: (runtime, provider, observer kwargs for ``EvalOptions``) → the call that runs the benchmark
+            and returns its ``RunResult`` (judges and options are built before tracing starts).
+    Returns:
+        0 (the command's exit status).
+    """
+    settings = ctx.settings
+    t0 = time.perf_counter()
+    tracker = _tracker(flags["no_mlflow"], flags["resume"], settings, out, [s.name for s in systems])
+    with tracker or contextlib.nullcontext():
+        with ctx.runtime() as rt:
+            print(_ready_line(rt, flags["no_judge"], t0), flush=True)
+            data_sha, program, slice_label = memory_key
+            provider, embedder_name = ctx.memory_provider(rt, data_sha, program, slice_label, flags["db"])
+            pipeline = provider.memory(systems[0]).pipeline
+            _start_tracker(tracker, settings, pipeline, params(rt, embedder_name))
+            run = prepare(rt, provider, _observer(tracker))
+            with tracker.tracing() if tracker else contextlib.nullcontext():
+                summary = run()
+            pipeline.save(str(out / "program.json"))
+        print_summary(summary, time.perf_counter() - t0, local=settings.model == "local")
+        _finish_tracker(tracker, settings, summary, pipeline, flags["register_model"])
     return 0
 
 
