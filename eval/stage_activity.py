@@ -52,6 +52,7 @@ GUARDS: dict[str, tuple[str, str]] = {
     "distill_skipped_noise_only": ("distill", "episode of machine noise only: not distilled"),
     "insights": ("distill", "insights kept for consolidation"),
     "insights_attributed": ("distill", "copied chat line or message stored as an attributed, dated fact"),
+    "insights_reattributed": ("distill", "fact crediting one speaker with another's words: name put right"),
     "noise_insights_dropped": ("distill", "insight quoting machine noise: dropped"),
     "insights_dropped.question": ("distill", "insight was a question: dropped"),
     "insights_dropped.no_fact": ("distill", "copied greeting, thanks or reaction (no fact): dropped"),

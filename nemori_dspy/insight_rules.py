@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text"]
+           "quote_text", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -258,6 +258,8 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
 
     * ``(insight, "kept")``: a statement that is no chat line and no copy, stored as it is (a third-person fact
       restating a message, ``"Caroline went to an LGBTQ support group on 7 May 2023."``, is kept as it is);
+    * ``(fact, "reattributed")``: such a statement crediting one speaker with what another said of themselves
+      (``misattributed_to``), with the names put right (``reattribute``);
     * ``(fact, "attributed")``: a chat line (``"Sam: I quit the bakery"``, its text a ``difflib`` match ≥
       ``CHAT_MATCH_RATIO`` of a message of Sam's) or a copy of a message (the whole message or a run of one to
       three of its sentences, ratio ≥ ``COPY_RATIO``, naming no speaker the message does not) becomes
@@ -279,8 +281,89 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
     else:
         found = _match(insight, lines, None, COPY_RATIO)
         if found is None:
-            return insight, "kept"
+            text, changed = reattribute(insight, lines)
+            return text, "reattributed" if changed else "kept"
     (speaker, _, date), passage = found
     if carries_no_fact(passage, speakers):
         return None, "no_fact"
     return attributed_fact(speaker, date, passage), "attributed"
+
+
+# ------------------------------------------------------------------------------------------------ speaker check
+#: share of an insight's content words a message must hold to be the message the insight restates
+#: (``misattributed_to``); the insight's named person's best message must hold less than half of that share.
+ATTRIBUTION_OVERLAP = 0.5
+#: second-person words: a message saying more "you" than "I" is about its listener, not its speaker.
+SECOND_PERSON = frozenset({"you", "you're", "youre", "you've", "you'll", "you'd", "your", "yours", "yourself", "u",
+                           "ur"})
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(word: str) -> str:
+    """Crude suffix stripping (``-ing``, ``-ed``, ``-es``, ``-s``) so "adopting" meets "adopted"."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _first_names(lines: list[SourceLine]) -> dict[str, str]:
+    """Case-folded first name → the speaker's first name as written, for every speaker of ``lines``."""
+    return {who.split()[0].casefold(): who.split()[0] for who, _, _ in lines if who.strip()}
+
+
+def _named(text: str, first_names: set[str]) -> set[str]:
+    words = {w.casefold().removesuffix("'s").removesuffix("’s") for w in re.findall(r"[\w'’]+", text)}
+    return first_names & words
+
+
+def _person_counts(text: str) -> tuple[int, int]:
+    words = _WORDS.findall(text.casefold().replace("’", "'"))
+    return sum(w in FIRST_PERSON for w in words), sum(w in SECOND_PERSON for w in words)
+
+
+def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] | None:
+    """``(named, speaker)`` (first names as written) when ``insight`` credits one speaker with what another said
+    of themselves, else None.
+
+    In a two-person chat a small distiller often writes "Melanie is looking into adoption agencies" from
+    Caroline's "I'm looking into adoption agencies". The rule: the insight names exactly one speaker of the
+    episode; a message of *another* speaker holds ≥ ``ATTRIBUTION_OVERLAP`` of the insight's content words, and at
+    least two of them (crudely stemmed; greetings, reactions and names aside); every message of the named speaker holds
+    less than half of that message's share; and that message speaks of its speaker (more first-person than
+    second-person words, and it does not name the insight's person). A message about its listener ("Your kids are
+    so sweet, Mel!") never moves a fact."""
+    first = _first_names(lines)
+    named = _named(insight, set(first))
+    if len(first) < 2 or len(named) != 1:
+        return None
+    (who,) = named
+    words = {_stem(w) for w in content_words(insight, set(first))}
+    if len(words) < 2:
+        return None
+    best: dict[str, tuple[float, str]] = {}
+    for speaker, content, _ in lines:
+        key = speaker.split()[0].casefold() if speaker.strip() else ""
+        share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
+        if share > best.get(key, (-1.0, ""))[0]:
+            best[key] = (share, content)
+    own = best.get(who, (0.0, ""))[0]
+    others = [(share, key, content) for key, (share, content) in best.items() if key != who]
+    if not others:
+        return None
+    share, key, content = max(others)
+    mine, yours = _person_counts(content)
+    shared = round(share * len(words))
+    if share < ATTRIBUTION_OVERLAP or shared < 2 or own >= share / 2 or mine <= yours or who in _named(content, {who}):
+        return None
+    return first[who], first[key]
+
+
+def reattribute(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
+    """``(text, changed)``: ``insight`` with the speaker it wrongly credits (``misattributed_to``) replaced by the one
+    who said it, possessives kept ("Melanie's" → "Caroline's"); unchanged when the rule does not fire."""
+    found = misattributed_to(insight, lines)
+    if found is None:
+        return insight, False
+    named, speaker = found
+    return re.sub(rf"\b{re.escape(named)}\b", speaker, insight, flags=re.IGNORECASE), True

@@ -147,3 +147,34 @@ def test_a_correct_one_sentence_fact_is_never_dropped_as_a_copy(message, fact):
     assert stored is not None, outcome
     assert stored == fact or (outcome == "attributed" and message in stored
                               and stored.startswith("user said on 2023-05-20: "))
+
+
+# ------------------------------------------------------------------------------------------- speaker attribution
+from nemori_dspy.insight_rules import misattributed_to, rule_insight  # noqa: E402
+
+TWO_SPEAKERS = [
+    ("Caroline", "I'm looking into adoption agencies, I want to be a single parent.", "2023-05-08"),
+    ("Melanie", "That's wonderful! My kids love pottery, we went to a class last week.", "2023-05-08"),
+    ("Caroline", "Your kids are so sweet, Mel! Your painting of the lake is lovely too.", "2023-05-08"),
+    ("Melanie", "Thanks! I painted it at sunrise.", "2023-05-08"),
+]
+
+
+@pytest.mark.parametrize("insight,fixed", [
+    ("Melanie is looking into adoption agencies to become a single parent.",
+     "Caroline is looking into adoption agencies to become a single parent."),
+    ("Caroline's kids love pottery and took a class.", "Melanie's kids love pottery and took a class."),
+])
+def test_a_fact_crediting_the_wrong_speaker_gets_the_speaker_who_said_it(insight, fixed):
+    assert rule_insight(insight, TWO_SPEAKERS) == (fixed, "reattributed")
+
+
+@pytest.mark.parametrize("insight", [
+    "Caroline is looking into adoption agencies.",           # right speaker
+    "Melanie painted a lake at sunrise.",                    # about the listener of a second-person line
+    "Caroline told Melanie about adoption agencies.",        # names both people
+    "Melanie likes agencies.",                               # too little of anyone's message to tell
+])
+def test_a_fact_is_not_moved_without_a_clear_first_person_source(insight):
+    assert misattributed_to(insight, TWO_SPEAKERS) is None
+    assert rule_insight(insight, TWO_SPEAKERS) == (insight, "kept")

@@ -119,7 +119,9 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
     3. with messages, ``insight_rules.rule_insight``: a question → ``insights_dropped.question``; a chat line or a
        copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
        chat line matching no message of its speaker → ``insights_dropped.chat_line``; any other chat line or copy
-       becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``;
+       becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``; a
+       statement crediting one speaker with what another said of themselves gets the right name
+       (``insight_rules.reattribute``), ``insights_reattributed``;
     4. a fact with no predicate (``junk.is_fragment``: ``"reading"``, ``"but when I look after myself"``) →
        ``insights_dropped.fragment``.
 
@@ -143,9 +145,9 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
         fact = strip_relative_notes(fact)
         if normalise_fact(fact) in {normalise_fact(o) for o in out}:
             continue
-        if reason == "attributed":
-            tally("insights_attributed")
-            log.info("insight %r stored attributed as %r", t[:200], fact[:200])
+        if reason in ("attributed", "reattributed"):
+            tally(f"insights_{reason}")
+            log.info("insight %r stored %s as %r", t[:200], reason, fact[:200])
         out.append(fact)
     return out
 
@@ -161,7 +163,7 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
     fact, outcome = rule_insight(insight, lines) if lines else (insight, "kept")
     if fact is None:
         return None, outcome
-    if outcome == "kept" and is_fragment(fact):
+    if outcome in ("kept", "reattributed") and is_fragment(fact):
         return None, "fragment"
     return fact, None if outcome == "kept" else outcome
 
