@@ -304,7 +304,7 @@ class NemoriSettings(BaseSettings):
 
     # --- tracking
     mlflow_tracking_uri: str | None = Field(default=None, description="MLflow URI; None = MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
-    mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment the eval runs are logged to")
+    mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment of eval runs; optimize logs to <name>-optimize")
     mlflow_tracing: bool = Field(default=True, description="evals trace every LLM call (stage, inputs, outputs, tokens, "
                                  "latency) into their MLflow run; false turns tracing off")
 

@@ -136,9 +136,13 @@ def test_invalid_setting_fails_fast_naming_field_its_source_and_fix(monkeypatch,
         raise AssertionError("runtime built despite an invalid setting")
 
     monkeypatch.setattr(runtime, "build_runtime", no_model)
-    assert main(["eval", "locomo", "--local-model-size", "3b", "--data", "x.json"]) == 2
+    with pytest.raises(SystemExit) as usage:  # a choice setting is checked by click, naming the flag and choices
+        main(["eval", "locomo", "--local-model-size", "3b", "--data", "x.json"])
     err = capsys.readouterr().err
-    assert "local_model_size (given as --local-model-size" in err and "'3b'" in err and "Fix:" in err
+    assert usage.value.code == 2 and "'--local-model-size'" in err and "'0.5b', '1.5b'" in err
+    assert main(["eval", "locomo", "--window-size", "0", "--data", "x.json"]) == 2
+    err = capsys.readouterr().err
+    assert "window_size (given as --window-size" in err and "Fix:" in err
     assert main(["eval", "locomo", "--judge-model", "local:3b", "--data", "x.json"]) == 2
     assert "judge_model" in capsys.readouterr().err
     assert "Traceback" not in err

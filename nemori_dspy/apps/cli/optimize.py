@@ -111,7 +111,8 @@ def _answer_metric(args: Any, rt: Any, stages: list[str], train: list[Any], run:
     return JudgeF1Metric(judge, weight)
 
 
-@click.command("optimize", help="tune stage prompts with a DSPy optimizer on a LoCoMo slice; dev before/after")
+@click.command("optimize", help="tune stage prompts with a DSPy optimizer on a LoCoMo slice: train, select on dev, "
+                                      "score dev and held-out test before/after with paired CIs")
 @click.option("--stage", required=True, help="stage(s), comma-separated, tuned in pipeline order: narrate, "
                                              "anticipate, distill, anticipate+distill, consolidate, answer")
 @click.option("--optimizer", default="gepa", type=click.Choice(OPTIMIZERS), help="DSPy optimizer (default gepa)")

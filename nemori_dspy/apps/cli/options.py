@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 __all__ = ["SETTING_FLAGS", "EVAL_SETTINGS", "OPTIMIZE_SETTINGS", "MEMORY_SETTINGS", "SLICE_HELP", "POSITIVE_INT",
-           "setting_help", "setting_options", "configure_logging", "verbose_option", "no_cache_option", "out_option", "data_option", "db_option",
+           "setting_help", "setting_type", "setting_options", "configure_logging", "verbose_option", "no_cache_option", "out_option", "data_option", "db_option",
            "program_and_tracking_options", "compose"]
 
 #: CLI flag → settings field, for flags that map one-to-one (every eval and optimize).
@@ -70,6 +70,25 @@ def setting_help(name: str) -> str:
     return f"{field.description or name} ({allowed}default: {field.default}; env NEMORI_{name.upper()})"
 
 
+def setting_type(name: str) -> click.ParamType:
+    """The click type of a settings flag, from the field's annotation: a ``Literal`` → ``click.Choice``, ``int`` /
+    ``float`` / ``bool`` (optional or not) → ``click.INT`` / ``FLOAT`` / ``BOOL``, anything else ``click.STRING`` (the
+    settings object validates it)."""
+    import typing
+
+    from nemori_dspy.config import NemoriSettings
+
+    annotation = NemoriSettings.model_fields[name].annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Literal:
+        return click.Choice([str(a) for a in typing.get_args(annotation)])
+    if len(args) == 1:  # Optional[X]
+        annotation = args[0]
+        if typing.get_origin(annotation) is typing.Literal:
+            return click.Choice([str(a) for a in typing.get_args(annotation)])
+    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING)
+
+
 def setting_options(names: tuple[str, ...], short_help: bool = False) -> Decorator:
     """One ``--name`` option per settings field of ``names`` (default None: the settings decide). ``judge_prompt``
     is ``--judge``, ``db_path`` is left to ``db_option``; ``short_help`` says only "override setting X"."""
@@ -84,7 +103,8 @@ def setting_options(names: tuple[str, ...], short_help: bool = False) -> Decorat
             options.append(click.option("--judge", "judge_prompt", type=click.Choice(["generous", "strict", "both"]),
                                         default=None, help=setting_help("judge_prompt")))
             continue
-        options.append(click.option("--" + name.replace("_", "-"), name, default=None, help=help_of(name)))
+        options.append(click.option("--" + name.replace("_", "-"), name, default=None, type=setting_type(name),
+                                    help=help_of(name)))
     return compose(*options)
 
 
