@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import re
 import threading
@@ -23,13 +24,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from .config import NemoriSettings
 from .embedders import Embedder
-from .errors import InvalidInputError, UnknownUserError
+from .errors import InvalidInputError, NotFoundError, UnknownUserError
 from .modules.pipeline import NemoriPipeline, ProcessReport, stage_factory
 from .modules.resources import Resources
 from .store.base import MemoryStore, writer_lock
 from .store.sqlite import message_key
 from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, MemoryStatus, Message, SearchResult,
-                    SemanticEntry, check_metadata)
+                    SemanticEntry, SemanticVersion, check_metadata, instant, parse_timestamp)
 from .usage import UsageLedger
 
 __all__ = ["Memory", "AddResult", "validate_user_id"]
@@ -37,6 +38,9 @@ __all__ = ["Memory", "AddResult", "validate_user_id"]
 log = logging.getLogger(__name__)
 
 _USER_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
+
+#: most versions ``Memory.semantic_history`` walks (a merge joins histories: a bound, not an expected size).
+MAX_HISTORY = 500
 
 
 def validate_user_id(user_id: Any) -> str:
@@ -323,6 +327,68 @@ class Memory:
     def list_semantic(self, user_id: str) -> list[SemanticEntry]:
         """All live semantic entries of the user, oldest first ([] for an unknown user)."""
         return self.store.list_semantic(validate_user_id(user_id))
+
+    @_charged
+    def update_semantic(self, user_id: str, entry_id: str, text: str, event_start: Any = None,
+                        event_end: Any = None) -> SemanticEntry:
+        """Correct a fact: store ``text`` as the entry's new version and retire the old one with the decision
+        ``"user_update"``.
+
+        The new version has its own id (``sem_`` + a hash of the old id and the text), ``supersedes`` the old
+        one, keeps its source episodes and, unless ``event_start``/``event_end`` are given (datetime or ISO
+        8601; one alone sets both), its event span; ``created_at`` is now. The old version is kept, never
+        searched or listed, and readable with ``semantic_history``. The episodes the fact came from are not
+        changed (their narratives and raw messages still say what they said). Runs under the user's lock.
+
+        Returns:
+            the new version (``origin == "user_update"``).
+        Raises:
+            UnknownUserError: nothing was ever added for ``user_id``.
+            NotFoundError: no live semantic entry ``entry_id`` (a retired version cannot be corrected: correct
+                the live one ``semantic_history`` names).
+            InvalidInputError: blank ``text`` or an unparseable event time.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("text", "is empty", "pass the corrected statement, e.g. 'Alice lives in Berlin.'")
+        start = parse_timestamp(event_start, "event_start") if event_start is not None else None
+        end = parse_timestamp(event_end, "event_end") if event_end is not None else None
+        with self._lock(self._known(user_id)):
+            old = self.store.get_semantic(user_id, entry_id)
+            if start is None and end is None:
+                start, end = old.event_start, old.event_end
+            digest = hashlib.sha256(f"{user_id}\x1f{entry_id}\x1fuser_update\x1f{text}".encode()).hexdigest()[:16]
+            new = SemanticEntry(id=f"sem_{digest}", user_id=user_id, text=text.strip(),
+                                vector=self.resources.embed(text.strip()), source_episode_ids=old.source_episode_ids,
+                                supersedes=[old.id], event_start=start, event_end=end, origin="user_update")
+            self.store.replace_semantic(user_id, entry_id, new)
+        return new
+
+    def semantic_history(self, user_id: str, entry_id: str) -> list[SemanticVersion]:
+        """Every version of a fact, oldest first: the versions ``entry_id`` replaced (``supersedes``, back to the
+        first) and those that replaced it (``retired_by``, up to the live one), each with its text, event span,
+        ``created_at``, ``origin`` and, once retired, ``retired_at``, ``retired_by`` and ``retired_decision``
+        (``merge`` or ``conflict`` by consolidation, ``user_update`` by ``update_semantic``). A merge joins
+        histories, so the entries merged with it are listed too. ``entry_id`` may be live or retired.
+
+        Raises:
+            NotFoundError: no version ``entry_id`` for the user (never stored, deleted or forgotten).
+        """
+        validate_user_id(user_id)
+        seen: dict[str, SemanticVersion] = {}
+        asked: set[str] = set()
+        frontier = [entry_id]
+        while frontier and len(seen) < MAX_HISTORY:
+            frontier = frontier[:MAX_HISTORY - len(seen)]
+            asked.update(frontier)
+            for v in self.store.semantic_versions(user_id, frontier):
+                seen[v.id] = v
+            linked = [i for v in seen.values() for i in (*v.supersedes, v.retired_by) if i]
+            frontier = [i for i in dict.fromkeys(linked) if i not in asked]
+        if entry_id not in seen:
+            raise NotFoundError(f"no semantic entry {entry_id!r} (live or retired) for user {user_id!r}. "
+                                "Fix: list ids with Memory.list_semantic(user_id).")
+        tz = self.settings.naive_timezone
+        return sorted(seen.values(), key=lambda v: (instant(v.created_at, tz), v.id))
 
     def delete_semantic(self, user_id: str, entry_id: str) -> list[str]:
         """Delete one semantic entry and return its source episode ids.

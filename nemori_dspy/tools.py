@@ -2,24 +2,36 @@
 MCP server) and ``memory_tools(memory, user_id)`` → ``dspy.Tool`` list for ``dspy.ReAct`` & co.
 
 The four operations an agent needs: *remember* messages, *search* memory, *answer* a question
-from memory, and *forget* one entry (an episode, a semantic entry or a message). Every result is a
-plain dict (JSON-serialisable); the DSPy tools return it as a JSON string an LM can read.
+from memory, and *forget* one entry (an episode, a semantic entry or a message); and, for the MCP server, *list*
+what is stored, read a user's *status* and *delete all* of a user's memory. Every result is a plain dict
+(JSON-serialisable); the DSPy tools return it as a JSON string an LM can read.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import dspy
 from pydantic import BaseModel, Field
 
-from .errors import NemoriError, NotFoundError
-from .memory import Memory
+from .errors import InvalidInputError, NemoriError, NotFoundError
+from .memory import Memory, validate_user_id
 from .types import MetadataValue, SearchResult
 
-__all__ = ["MemoryMessage", "MemoryOps", "memory_tools", "search_payload"]
+__all__ = ["MemoryMessage", "MemoryOps", "Worker", "memory_tools", "search_payload"]
+
+
+class Worker(Protocol):
+    """What ``MemoryOps`` needs of a background worker (``apps.serving.worker.BackgroundProcessor`` is one)."""
+
+    def schedule(self, user_id: str, force: bool = False) -> bool:
+        """Ask for a processing pass of the user (``force``: also a partial window); False if none will run."""
+
+    def state(self, user_id: str) -> BaseModel:
+        """The user's processing state: ``processing``, ``last_error``, ``passes``."""
+
 
 #: Longest text of one search hit handed to an agent (characters); the full record stays readable by id.
 HIT_CHARS = 600
@@ -34,6 +46,10 @@ class MemoryMessage(BaseModel):
                                   "omitted: now (UTC)")
     id: str | None = Field(default=None, description="a stable message id, for safe re-sending; omitted: a content hash")
     metadata: dict[str, MetadataValue] | None = Field(default=None, description="optional tags, e.g. {'session': 's1'}")
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return None if ts is None else ts.isoformat()
 
 
 def _now() -> str:
@@ -61,17 +77,25 @@ class MemoryOps:
         flush_on_remember: ``remember`` also processes a partial window at once, so what an agent
             chose to remember is searchable in its next session (default). False: only full windows
             of w messages are processed; the rest waits for more messages or ``Memory.flush``.
+        processor: a background worker over ``memory`` (``apps.serving.worker.BackgroundProcessor``): with one,
+            ``remember`` stores the messages and returns at once, the worker building memory from them
+            (``status`` shows ``processing`` until it is done); ``forget`` schedules the re-processing of
+            re-buffered messages. None: ``remember`` builds memory before it returns.
     """
 
-    def __init__(self, memory: Memory, flush_on_remember: bool = True) -> None:
+    def __init__(self, memory: Memory, flush_on_remember: bool = True,
+                 processor: Worker | None = None) -> None:
         self.memory = memory
         self.flush_on_remember = flush_on_remember
+        self.processor = processor
 
     def remember(self, user_id: str, messages: list[MemoryMessage | dict]) -> dict[str, Any]:
-        """Store messages (idempotent on id) and build memory from them.
+        """Store messages (idempotent on id) and build memory from them (in the background with a ``processor``).
 
         Returns:
-            ``{"stored": [ids], "duplicates": [ids], "pending": n, "episodes": n}``.
+            ``{"stored": [ids], "duplicates": [ids], "pending": n, "episodes": n}``; with a processor
+            ``{"stored", "duplicates", "pending", "queued": bool}`` instead (``queued`` False: the worker takes
+            no work, e.g. ``threads=0``; the messages stay stored for a later flush).
         Raises:
             InvalidInputError: a bad message field (nothing stored).
         """
@@ -82,6 +106,10 @@ class MemoryOps:
             d.setdefault("speaker", "user")
             d.setdefault("timestamp", _now())
             rows.append(d)
+        if self.processor is not None:
+            res = self.memory.add_messages(user_id, rows, process=False)
+            queued = bool(res.pending) and self.processor.schedule(user_id, force=self.flush_on_remember)
+            return {"stored": res.ids, "duplicates": res.duplicate_ids, "pending": res.pending, "queued": queued}
         res = self.memory.add_messages(user_id, rows)
         if self.flush_on_remember and res.pending:
             self.memory.flush(user_id)
@@ -90,8 +118,66 @@ class MemoryOps:
                 "episodes": st.episodes}
 
     def search(self, user_id: str, query: str, top_k: int = 5, metadata: dict | None = None) -> dict[str, Any]:
-        """Top-``top_k`` episodes and semantic entries for ``query`` (see ``search_payload``)."""
+        """Top-``top_k`` episodes and semantic entries for ``query`` (see ``search_payload``); ``metadata`` keeps
+        the episodes holding a message with all those pairs and the entries distilled from them."""
         return search_payload(self.memory.search(user_id, query, top_k=top_k, semantic_top_k=top_k, metadata=metadata))
+
+    def status(self, user_id: str) -> dict[str, Any]:
+        """One user's memory: ``user_id``, the stored counts (``messages``, ``pending``, ``episodes``,
+        ``superseded_episodes``, ``semantic``, ``to_distill``), ``known``, ``parked``, ``healthy`` and, with a
+        processor, ``processing`` (a background pass is queued or running), ``last_error`` and ``passes``. The
+        memory's ``counters`` (all users' figures) are left out."""
+        out = {"user_id": validate_user_id(user_id), **self.memory.status(user_id).model_dump(exclude={"counters"})}
+        if self.processor is not None:
+            out.update(self.processor.state(user_id).model_dump())
+        return out
+
+    def list_memories(self, user_id: str, kind: Literal["semantic", "episodes"] = "semantic", offset: int = 0,
+             limit: int = 20) -> dict[str, Any]:
+        """A page of what is stored for the user, oldest first: ``kind="semantic"`` facts (id, text, event_start,
+        event_end, created_at, origin, source_episode_ids) or ``"episodes"`` (id, cue, narrative, start, end,
+        message count), texts cut to ``HIT_CHARS``.
+
+        Returns:
+            ``{"kind", "total", "offset", "items": [...]}``.
+        Raises:
+            InvalidInputError: an unknown kind, a negative offset or a limit outside 1-200.
+        """
+        if kind not in ("semantic", "episodes"):
+            raise InvalidInputError("kind", f"{kind!r} is not a kind of memory", "pass 'semantic' or 'episodes'")
+        for name, value, low, high in (("offset", offset, 0, None), ("limit", limit, 1, 200)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low or (high and value > high):
+                raise InvalidInputError(name, f"{value!r} is out of range",
+                                        f"pass a whole number from {low}" + (f" to {high}" if high else ""))
+        if kind == "semantic":
+            rows = self.memory.list_semantic(user_id)
+            items = [{"id": e.id, "text": e.text[:HIT_CHARS], "event_start": _iso(e.event_start),
+                      "event_end": _iso(e.event_end), "created_at": e.created_at.isoformat(), "origin": e.origin,
+                      "source_episode_ids": e.source_episode_ids} for e in rows[offset:offset + limit]]
+        else:
+            rows = self.memory.list_episodes(user_id)
+            items = [{"id": e.id, "cue": e.cue[:HIT_CHARS], "narrative": e.narrative[:HIT_CHARS],
+                      "start": e.start.isoformat(), "end": e.end.isoformat(), "messages": len(e.message_ids)}
+                     for e in rows[offset:offset + limit]]
+        return {"kind": kind, "total": len(rows), "offset": offset, "items": items}
+
+    def delete_all(self, user_id: str, confirm: str) -> dict[str, Any]:
+        """Delete everything stored for the user, only if ``confirm`` repeats ``user_id`` exactly.
+
+        Returns:
+            ``{"deleted_user": user_id, "messages": n, "episodes": n, "semantic": n}`` (what was removed).
+        Raises:
+            InvalidInputError: ``confirm`` is not the user id (nothing deleted).
+            UnknownUserError: nothing stored for the user.
+        """
+        validate_user_id(user_id)
+        if confirm != user_id:
+            raise InvalidInputError("confirm", "does not repeat the user id, so nothing was deleted",
+                                    "only when the user asked to erase all their memory, call again with confirm set "
+                                    "to the user id (memory_status shows it)")
+        st = self.memory.status(user_id)
+        self.memory.delete_user(user_id)
+        return {"deleted_user": user_id, "messages": st.messages, "episodes": st.episodes, "semantic": st.semantic}
 
     def answer(self, user_id: str, question: str) -> dict[str, Any]:
         """Answer from memory: ``{"answer": str, "episode_ids": [...], "semantic_ids": [...]}``."""
@@ -112,7 +198,10 @@ class MemoryOps:
         Raises:
             UnknownUserError: nothing stored for the user. NotFoundError: no such id.
         """
-        return self._remove(user_id, entry_id, lambda u, i: self.memory.forget(u, i).model_dump())
+        out = self._remove(user_id, entry_id, lambda u, i: self.memory.forget(u, i).model_dump())
+        if out.get("requeued") and self.processor is not None:
+            self.processor.schedule(user_id)
+        return out
 
     def delete(self, user_id: str, entry_id: str) -> dict[str, Any]:
         """Like ``forget``, but a semantic entry is deleted alone (``Memory.delete_semantic``; its source

@@ -26,6 +26,8 @@ __all__ = [
     "StoredMessage",
     "Episode",
     "SemanticEntry",
+    "SemanticVersion",
+    "RETIRE_DECISIONS",
     "ScoredEpisode",
     "ScoredSemantic",
     "SearchResult",
@@ -281,6 +283,10 @@ class SemanticEntry(BaseModel):
     event_start: datetime | None = Field(default=None, description="earliest message time of the source episodes")
     event_end: datetime | None = Field(default=None, description="latest message time of the source episodes")
     created_at: datetime = Field(default_factory=utcnow, description="when the entry was written (not event time)")
+    origin: str | None = Field(default=None, description="the decision that made this version: 'new', 'merge', "
+                               "'conflict' (P_con, §3.3.3) or 'user_update' (a user's correction); None for an "
+                               "entry written before decisions were recorded. It is the decision that retires "
+                               "the entries listed in ``supersedes``")
 
     @model_validator(mode="after")
     def _both_bounds(self) -> "SemanticEntry":
@@ -289,6 +295,24 @@ class SemanticEntry(BaseModel):
         elif self.event_end is None:
             self.event_end = self.event_start
         return self
+
+
+#: The decisions that retire a semantic entry: P_con's merge (merged into the entry that replaces it) and conflict
+#: (contradicted by it), and a user's correction (``Memory.update_semantic``); "superseded" when the store was not
+#: told which (an entry retired without a replacement carrying its decision).
+RETIRE_DECISIONS = ("merge", "conflict", "user_update", "superseded")
+
+
+class SemanticVersion(SemanticEntry):
+    """One version of a semantic entry as ``Memory.semantic_history`` lists it: the entry, live or retired, with
+    what retired it. Retired versions are kept (never searched, never listed) so a fact's history can be read."""
+
+    live: bool = Field(description="True for the current version (searched and listed), False once retired")
+    retired_at: datetime | None = Field(default=None, description="when it was retired (UTC); None while live, or "
+                                        "for a version retired before retirements were recorded")
+    retired_by: str | None = Field(default=None, description="id of the version that replaced it")
+    retired_decision: str | None = Field(default=None, description="the decision that retired it: one of "
+                                         "``RETIRE_DECISIONS``; None while live or when not recorded")
 
 
 class ScoredEpisode(BaseModel):

@@ -351,7 +351,7 @@ _HEAVY = ("dspy", "litellm", "torch", "mlflow", "sentence_transformers", "onnxru
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["eval", "locomo", "--help"], ["optimize", "--help"],
-                                  ["serve", "http", "--help"], ["search", "--help"],
+                                  ["serve", "http", "--help"], ["search", "--help"], ["--version"], ["status", "--help"],
                                   ["eval", "locomo", "--max-questions", "0"], ["no-such-command"]])
 def test_help_and_argument_errors_import_no_heavy_library(argv):
     """``--help`` and argument errors stay fast: a fresh interpreter runs ``main(argv)`` and then lists which of

@@ -159,3 +159,54 @@ def test_serve_token_prints_the_user_token(env, capsys, monkeypatch):
     monkeypatch.setenv("NEMORI_API_TOKEN", "server-secret")
     code, out, _ = run(capsys, "serve", "token", "--user", "amy")
     assert code == 0 and out.strip() == user_token("server-secret", "amy")
+
+
+def test_version_status_flush_history_update_and_json_output(env, tmp_path, capsys):
+    from importlib.metadata import version
+
+    assert run(capsys, "--version")[1].strip() == f"nemori-dspy {version('nemori-dspy')}"
+    f = jsonl(tmp_path / "conv.jsonl", messages(6))
+    code, out, _ = run(capsys, "add", "--user", "alice", str(f), "--no-process", "--json")
+    added = json.loads(out)
+    assert code == 0 and added["accepted"] == 6 and added["status"]["pending"] == 6
+    st = json.loads(run(capsys, "status", "--user", "alice", "--json")[1])
+    assert st["user_id"] == "alice" and st["pending"] == 6 and st["episodes"] == 0 and "counters" not in st
+    assert run(capsys, "status", "--user", "nobody")[1].strip() == "nobody: nothing stored"
+
+    code, out, _ = run(capsys, "flush", "--user", "alice", "--json")
+    flushed = json.loads(out)
+    assert code == 0 and flushed["report"]["windows"] >= 1 and flushed["status"]["pending"] == 0
+    line = run(capsys, "status")[1].strip()
+    assert line.startswith("alice: 6 messages, 0 pending, ") and line.endswith("; healthy")
+    assert json.loads(run(capsys, "status", "--json")[1])["users"][0]["user_id"] == "alice"
+    code, out, _ = run(capsys, "flush", "--user", "ghost")
+    assert code == 2 and out == ""
+
+    assert json.loads(run(capsys, "list", "--json")[1]) == {"users": ["alice"]}
+    eps = json.loads(run(capsys, "list", "--user", "alice", "--json")[1])
+    assert eps["kind"] == "episodes" and eps["items"] and "vector" not in eps["items"][0]
+    facts = json.loads(run(capsys, "list", "--user", "alice", "--kind", "semantic", "--json")[1])["items"]
+    ans = json.loads(run(capsys, "answer", "--user", "alice", "When did Alice talk about the puppy?", "--json")[1])
+    assert ans["answer"] == "7 May 2023" and ans["retrieved"]["episodes"] and ans["usage"]["calls"] >= 1
+
+    old = facts[0]["id"]
+    code, out, _ = run(capsys, "update", "--user", "alice", old, "Alice's puppy is called Rex.", "--json")
+    new = json.loads(out)
+    assert code == 0 and new["retired"] == old and new["entry"]["origin"] == "user_update"
+    assert new["entry"]["event_start"] == facts[0]["event_start"]               # the old event span is kept
+    hist = json.loads(run(capsys, "history", "--user", "alice", new["entry"]["id"], "--json")[1])["versions"]
+    assert [v["id"] for v in hist] == [old, new["entry"]["id"]]
+    assert (hist[0]["live"], hist[0]["retired_by"], hist[0]["retired_decision"]) == \
+        (False, new["entry"]["id"], "user_update")
+    text = run(capsys, "history", "--user", "alice", old)[1].splitlines()
+    assert "retired (user_update) by " + new["entry"]["id"] in text[0] and text[1].split("; ")[1].startswith("live")
+    code, _, err = run(capsys, "update", "--user", "alice", old, "again")              # a retired version
+    assert code == 2 and "no live semantic entry" in err
+
+
+def test_every_read_command_takes_json():
+    from nemori_dspy.apps.cli.memory import MEMORY_COMMANDS
+
+    reads = {"search", "answer", "list", "status", "history", "flush", "add", "update"}
+    have = {c.name for c in MEMORY_COMMANDS if any(p.name == "as_json" for p in c.params)}
+    assert reads <= have and {c.name for c in MEMORY_COMMANDS} - have == {"delete", "forget", "export", "import"}

@@ -285,6 +285,45 @@ def test_delete_semantic_leaves_the_fact_in_its_episodes_and_forget_removes_it(m
 
 
 # --------------------------------------------------------------------------- answer / search
+def test_update_semantic_and_the_history_that_joins_merged_versions(make_memory):
+    from nemori_dspy.types import SemanticEntry
+
+    mem = make_memory()
+    mem.add_messages("ida", exchange(4))
+    mem.flush("ida")
+    a, b = mem.list_semantic("ida")[:2]
+    merged = SemanticEntry(id="sem_merged", user_id="ida", text="Alice hikes and has a puppy.",
+                           vector=mem.resources.embed("Alice hikes and has a puppy."), origin="merge",
+                           source_episode_ids=sorted({*a.source_episode_ids, *b.source_episode_ids}),
+                           supersedes=[a.id, b.id])
+    mem.store.commit_distillation("ida", a.source_episode_ids[0], [merged], [a.id, b.id])
+    fixed = mem.update_semantic("ida", "sem_merged", "  Alice hikes and has a puppy called Rex.  ",
+                                event_end="2023-05-08T10:00:00")
+    assert fixed.text == "Alice hikes and has a puppy called Rex." and fixed.origin == "user_update"
+    assert fixed.event_start == fixed.event_end == datetime(2023, 5, 8, 10, 0)      # one bound alone sets both
+    assert [e.id for e in mem.list_semantic("ida")].count(fixed.id) == 1
+    assert mem.search("ida", "puppy called Rex").semantic[0].entry.id == fixed.id
+    for asked in (a.id, "sem_merged", fixed.id):                    # from any version, the whole lineage
+        hist = mem.semantic_history("ida", asked)
+        assert {v.id for v in hist} == {a.id, b.id, "sem_merged", fixed.id} and hist[-1].id == fixed.id
+    by_id = {v.id: v for v in hist}
+    assert by_id[a.id].retired_decision == by_id[b.id].retired_decision == "merge"
+    assert by_id[a.id].retired_by == "sem_merged" and by_id["sem_merged"].retired_decision == "user_update"
+    assert by_id["sem_merged"].retired_by == fixed.id and by_id[fixed.id].live and not by_id[a.id].live
+    with pytest.raises(NotFoundError):
+        mem.update_semantic("ida", a.id, "a retired version")
+    with pytest.raises(NotFoundError):
+        mem.semantic_history("ida", "sem_nope")
+    with pytest.raises(UnknownUserError):
+        mem.update_semantic("nobody", fixed.id, "x")
+    for text in ("", "   ", None):
+        with pytest.raises(InvalidInputError, match="text"):
+            mem.update_semantic("ida", fixed.id, text)
+    with pytest.raises(InvalidInputError, match="event_start"):
+        mem.update_semantic("ida", fixed.id, "x", event_start="not a date")
+    assert mem.get_semantic("ida", fixed.id).text == fixed.text          # nothing changed by the refusals
+
+
 def test_answer_uses_memory_and_reports_usage(make_memory, lm):
     mem = make_memory(window_size=4)
     mem.add_messages("gina", exchange(8))
@@ -527,7 +566,7 @@ def test_v1_sqlite_file_is_migrated_and_readable(tmp_path: Path, lm):
         assert [m.metadata for m in store.pending_messages("old")] == [{}, {"v": 2}]
         mem.flush("old")
         assert sorted(assigned_ids(mem, "old")) == ["n1", "o1"]
-        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+        assert store._conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
     finally:
         store.close()
     SQLiteStore(path).close()  # reopening a migrated file is a no-op

@@ -378,7 +378,7 @@ class SemanticDistillation(dspy.Module):
         vec = self.res.embed(insight)
         new_entry = SemanticEntry(id=_entry_id(user_id, episode.id, insight), user_id=user_id, text=insight,
                                   vector=vec, source_episode_ids=[episode.id], event_start=episode.start,
-                                  event_end=episode.end)
+                                  event_end=episode.end, origin="new")
         cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
         cands = same_person_candidates(insight, cands, _speakers(episode))
         if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
@@ -418,6 +418,7 @@ class SemanticDistillation(dspy.Module):
             replacement = new_entry
         else:
             action, targets, replacement = "new", [], new_entry
+        replacement.origin = action
         _retire(plan, targets, replacement, action)
         plan.inserts.append(replacement)
         tally(f"consolidation.{action}")
@@ -429,7 +430,7 @@ class SemanticDistillation(dspy.Module):
         return SemanticEntry(
             id=_entry_id(user_id, episode.id, text), user_id=user_id, text=text, vector=self.res.embed(text),
             source_episode_ids=sorted({episode.id, *(s for t in targets for s in t.source_episode_ids)}),
-            supersedes=[t.id for t in targets], event_start=start, event_end=end)
+            supersedes=[t.id for t in targets], event_start=start, event_end=end, origin="merge")
 
     def forward(self, user_id: str, episode: Episode) -> dspy.Prediction:
         found, evoked = self.insights(user_id, episode)
@@ -499,9 +500,19 @@ def keeps_content(merged: str, sources: list[str]) -> bool:
 
 
 def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:
-    """Delete ``targets`` from ``plan``, logging each with the entry that replaces it (``consolidation.deleted``)."""
+    """Delete ``targets`` from ``plan``, logging each with the entry that replaces it (``consolidation.deleted``).
+
+    The store records each retired entry with its replacement and ``action`` (``replacement.supersedes`` and
+    ``origin``). A target that is only a pending insert of this episode is never stored: in ``supersedes`` it
+    stands aside for the stored entries it replaced itself, so their record names the version that is kept."""
     if not targets:
         return
+    pending = {e.id for e in plan.inserts} - set(plan.stored)
+    for t in targets:
+        if t.id in pending:
+            at = replacement.supersedes.index(t.id) if t.id in replacement.supersedes else len(replacement.supersedes)
+            inherited = [i for i in t.supersedes if i not in replacement.supersedes]
+            replacement.supersedes[at:at + 1] = inherited
     plan.remove([t.id for t in targets])
     tally("consolidation.deleted", len(targets))
     for t in targets:

@@ -6,6 +6,10 @@ Contract (checked by ``tests/store/test_contract.py`` against every backend):
   supersedes merged episodes atomically.
 - ``commit_distillation`` applies an episode's semantic inserts/deletes and marks it
   distilled atomically, so a crash replays the whole step or none of it.
+- A deleted (superseded) semantic entry is *retired*, not removed: it is no longer searched or listed, and
+  ``semantic_versions`` still reads it with what retired it (``retired_at``; ``retired_by`` = the inserted entry
+  listing it in ``supersedes``, ``retired_decision`` = that entry's ``origin``: merge, conflict or user_update;
+  "superseded" when no insert names it). ``replace_semantic`` retires one entry for a new version atomically.
 - Searches return live (not superseded, not deleted) records of one user only, ordered by
   decreasing cosine similarity, ties broken by id. Given a ``query`` text and a lexical weight
   w > 0 (``lexical_weight`` setting), they are ordered instead by the fusion of the cosine ranking
@@ -31,9 +35,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Collection, Mapping, Protocol, Sequence, runtime_checkable
 
-from ..types import Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage
+from ..types import (RETIRE_DECISIONS, Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry,
+                     SemanticVersion, StoredMessage)
 
-__all__ = ["MemoryStore", "writer_lock"]
+__all__ = ["MemoryStore", "writer_lock", "replacements", "retired_decision"]
 
 
 def writer_lock(store: Any, user_id: str) -> AbstractContextManager[Any]:
@@ -41,6 +46,23 @@ def writer_lock(store: Any, user_id: str) -> AbstractContextManager[Any]:
     no-op context (a store whose writes are serialised only within this process)."""
     lock = getattr(store, "user_lock", None)
     return lock(user_id) if callable(lock) else nullcontext()
+
+
+def replacements(inserts: Sequence[SemanticEntry]) -> dict[str, SemanticEntry]:
+    """Retired id → the inserted entry replacing it: the first of ``inserts`` listing the id in ``supersedes``."""
+    out: dict[str, SemanticEntry] = {}
+    for e in inserts:
+        for old in e.supersedes:
+            out.setdefault(old, e)
+    return out
+
+
+def retired_decision(replacement: SemanticEntry | None) -> str:
+    """The decision a store records for an entry retired by ``replacement``: its ``origin`` when that is one of
+    ``RETIRE_DECISIONS`` (merge, conflict, user_update), else ``"superseded"`` (no replacement, or one that does
+    not say)."""
+    origin = replacement.origin if replacement is not None else None
+    return origin if origin in RETIRE_DECISIONS else "superseded"
 
 
 @runtime_checkable
@@ -91,7 +113,18 @@ class MemoryStore(Protocol):
     # --- semantic memory
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
                             deletes: Sequence[str]) -> None:
-        """Atomically insert entries, delete (supersede) ``deletes`` and mark the episode distilled."""
+        """Atomically insert entries, delete (supersede) ``deletes`` and mark the episode distilled. Each
+        superseded entry is retired by the insert listing it in ``supersedes``, with that insert's ``origin`` as
+        the decision (``"superseded"`` when none lists it)."""
+
+    def replace_semantic(self, user_id: str, entry_id: str, replacement: SemanticEntry) -> None:
+        """Atomically retire the live entry ``entry_id`` (retired by ``replacement``, decision
+        ``replacement.origin``) and store ``replacement`` live. ``NotFoundError`` if no live ``entry_id``;
+        ``StoreError`` if ``replacement.id == entry_id``."""
+
+    def semantic_versions(self, user_id: str, ids: Sequence[str]) -> list[SemanticVersion]:
+        """Semantic entries by id, live or retired (not deleted), each with what retired it, in the order given;
+        unknown ids are skipped."""
 
     def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:
         """One live semantic entry; ``NotFoundError`` if absent."""

@@ -16,7 +16,9 @@ match, fall back to a substring match (``instr``) scored by the number of terms 
 Schema versions: 1 (first release); 2 adds ``messages.metadata`` (JSON object, ``'{}'`` for older rows);
 3 adds ``semantic.event_start``/``event_end`` (NULL for older rows); 4 adds ``vseq`` (row-version number
 of the search index) to episodes and semantic entries and the FTS5 table ``lexical``, built for the
-existing live rows. An older file is migrated in place when opened (in one write transaction), so old
+existing live rows; 5 adds the semantic entries' ``origin`` (the decision that made
+the version) and what retired a superseded one (``retired_at``, ``retired_by``, ``retired_decision``; NULL for
+rows retired before). An older file is migrated in place when opened (in one write transaction), so old
 files stay readable; a newer file is refused.
 
 Writers across processes. Every write is one ``BEGIN IMMEDIATE`` transaction, so no write is half seen and
@@ -47,8 +49,9 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from ..errors import EmbedderMismatchError, NotFoundError, StoreError
-from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage,
-                     instant, metadata_matches)
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, SemanticVersion,
+                     StoredMessage, instant, metadata_matches, utcnow)
+from .base import replacements, retired_decision
 from .lexical import (CANDIDATES_PER_K, DEFAULT_LEXICAL_WEIGHT, MIN_CANDIDATES, LexicalQuery, lexical_query,
                       lexical_text, weighted_fusion)
 from .vector_index import IndexSnapshot, VectorIndex, cosines
@@ -59,8 +62,9 @@ log = logging.getLogger(__name__)
 
 #: 1: first release; 2: ``messages.metadata``; 3: semantic entries carry their event span
 #: (``event_start``/``event_end``, NULL for entries written before); 4: ``vseq`` row versions and the
-#: FTS5 ``lexical`` table. Older files are migrated in place.
-SCHEMA_VERSION = 4
+#: FTS5 ``lexical`` table; 5: semantic ``origin``, ``retired_at``, ``retired_by``, ``retired_decision``.
+#: Older files are migrated in place.
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,14 +81,17 @@ CREATE TABLE IF NOT EXISTS episodes (user_id TEXT NOT NULL, id TEXT NOT NULL, cu
 CREATE INDEX IF NOT EXISTS episodes_live ON episodes (user_id, live);
 CREATE TABLE IF NOT EXISTS semantic (user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
     vector BLOB NOT NULL, sources TEXT NOT NULL, supersedes TEXT NOT NULL, created_at TEXT NOT NULL,
-    live INTEGER NOT NULL DEFAULT 1, event_start TEXT, event_end TEXT, vseq INTEGER, PRIMARY KEY (user_id, id));
+    live INTEGER NOT NULL DEFAULT 1, event_start TEXT, event_end TEXT, vseq INTEGER, origin TEXT, retired_at TEXT,
+    retired_by TEXT, retired_decision TEXT, PRIMARY KEY (user_id, id));
 CREATE INDEX IF NOT EXISTS semantic_live ON semantic (user_id, live);
 """
 
 
 #: columns added after version 1: (table, column, SQL type); added by ``_migrate`` when missing.
 _ADDED_COLUMNS = (("messages", "metadata", "TEXT NOT NULL DEFAULT '{}'"), ("semantic", "event_start", "TEXT"),
-                  ("semantic", "event_end", "TEXT"), ("episodes", "vseq", "INTEGER"), ("semantic", "vseq", "INTEGER"))
+                  ("semantic", "event_end", "TEXT"), ("episodes", "vseq", "INTEGER"), ("semantic", "vseq", "INTEGER"),
+                  ("semantic", "origin", "TEXT"), ("semantic", "retired_at", "TEXT"), ("semantic", "retired_by", "TEXT"),
+                  ("semantic", "retired_decision", "TEXT"))
 
 #: made after the columns exist (so an older file can be migrated first).
 _INDEXES = """
@@ -242,10 +249,18 @@ class SQLiteStore:
             c.execute("INSERT OR REPLACE INTO lexical (rowid, body, user_id, kind) VALUES (?,?,?,?)",
                       (vseq, body, user_id, table))
 
-    def _retire(self, c: sqlite3.Connection, table: str, user_id: str, ids: Sequence[str], delete: bool) -> int:
+    def _retire(self, c: sqlite3.Connection, table: str, user_id: str, ids: Sequence[str], delete: bool,
+                by: Mapping[str, SemanticEntry] | None = None) -> int:
         """Supersede (``live=0``) or delete the user's live rows ``ids`` of ``table`` and drop them from
-        the lexical table; returns how many rows changed."""
+        the lexical table; returns how many rows changed. Superseding semantic entries records what retired
+        each: ``by`` maps an id to the entry replacing it (its id and ``origin``, the decision)."""
         changed = 0
+        if table == "semantic" and not delete:
+            now, by = utcnow().isoformat(), by or {}
+            for sid in ids:
+                new = by.get(sid)
+                c.execute("UPDATE semantic SET retired_at=?, retired_by=?, retired_decision=? WHERE user_id=? AND id=? "
+                          "AND live=1", (now, new.id if new else None, retired_decision(new), user_id, sid))
         for i in range(0, len(ids), 500):
             chunk = list(ids[i:i + 500])
             where = f"user_id=? AND id IN ({','.join('?' * len(chunk))})"
@@ -721,14 +736,29 @@ class SQLiteStore:
         return SearchResult(episodes=episodes, semantic=semantic)
 
     # ------------------------------------------------------------------ semantic
-    _SEM_COLS = "id, text, vector, sources, supersedes, created_at, event_start, event_end"
+    _SEM_COLS = "id, text, vector, sources, supersedes, created_at, event_start, event_end, origin"
+    _VERSION_COLS = _SEM_COLS + ", live, retired_at, retired_by, retired_decision"
 
     def _entry(self, user_id: str, row: tuple) -> SemanticEntry:
-        sid, text, vec, sources, sup, created, ev_start, ev_end = row
+        sid, text, vec, sources, sup, created, ev_start, ev_end, origin = row
         return SemanticEntry(id=sid, user_id=user_id, text=text, vector=np.frombuffer(vec, dtype=np.float32).tolist(),
                              source_episode_ids=json.loads(sources), supersedes=json.loads(sup),
                              created_at=datetime.fromisoformat(created), event_start=_from_iso(ev_start),
-                             event_end=_from_iso(ev_end))
+                             event_end=_from_iso(ev_end), origin=origin)
+
+    def _insert_entries(self, c: sqlite3.Connection, user_id: str, entries: Sequence[SemanticEntry]) -> None:
+        """Inside a write transaction: store ``entries`` live (a repeated id: the last one wins), replacing any
+        row of the same id."""
+        unique = list({e.id: e for e in entries}.values())
+        self._retire(c, "semantic", user_id, [e.id for e in unique], delete=True)  # replaced ids
+        first = self._take_vseqs(c, len(unique))
+        for n, e in enumerate(unique):
+            c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live, vseq) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,1,?)",
+                      (e.id, e.text, _unit(e.vector).tobytes(), json.dumps(e.source_episode_ids),
+                       json.dumps(e.supersedes), e.created_at.isoformat(), _iso(e.event_start),
+                       _iso(e.event_end), e.origin, user_id, first + n))
+            self._lex_put(c, user_id, "semantic", first + n, lexical_text(e.text))
 
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
                             deletes: Sequence[str]) -> None:
@@ -736,19 +766,45 @@ class SQLiteStore:
         with self._tx() as c:
             self._ensure_user(c, user_id)
             self._settle_dim(c, [e.vector for e in inserts if e.vector])
-            self._retire(c, "semantic", user_id, list(deletes), delete=False)
-            self._retire(c, "semantic", user_id, [e.id for e in inserts], delete=True)  # replaced ids
-            unique = list({e.id: e for e in inserts}.values())  # a repeated id: the last one wins
-            first = self._take_vseqs(c, len(unique))
-            for n, e in enumerate(unique):
-                c.execute(f"INSERT OR REPLACE INTO semantic ({self._SEM_COLS}, user_id, live, vseq) "
-                          "VALUES (?,?,?,?,?,?,?,?,?,1,?)",
-                          (e.id, e.text, _unit(e.vector).tobytes(), json.dumps(e.source_episode_ids),
-                           json.dumps(e.supersedes), e.created_at.isoformat(), _iso(e.event_start),
-                           _iso(e.event_end), user_id, first + n))
-                self._lex_put(c, user_id, "semantic", first + n, lexical_text(e.text))
+            self._retire(c, "semantic", user_id, list(deletes), delete=False, by=replacements(inserts))
+            self._insert_entries(c, user_id, inserts)
             c.execute("UPDATE episodes SET distilled=1 WHERE user_id=? AND id=?", (user_id, episode_id))
             self._bump(c, user_id)
+
+    def replace_semantic(self, user_id: str, entry_id: str, replacement: SemanticEntry) -> None:
+        """Atomically retire the live entry ``entry_id`` (recorded as retired by ``replacement``, with its
+        ``origin`` as the decision) and store ``replacement`` live.
+
+        Raises:
+            NotFoundError: no live entry ``entry_id`` for the user.
+            StoreError: ``replacement.id`` is ``entry_id`` (a new version needs its own id).
+        """
+        if replacement.id == entry_id:
+            raise StoreError(f"replacement of {entry_id!r} has the same id. Fix: give the new version its own id.")
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM semantic WHERE user_id=? AND id=? AND live=1", (user_id, entry_id)).fetchone() \
+                    is None:
+                raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}. "
+                                    "Fix: list ids with Memory.list_semantic(user_id).")
+            self._settle_dim(c, [replacement.vector] if replacement.vector else [])
+            self._retire(c, "semantic", user_id, [entry_id], delete=False, by={entry_id: replacement})
+            self._insert_entries(c, user_id, [replacement])
+            self._bump(c, user_id)
+
+    def semantic_versions(self, user_id: str, ids: Sequence[str]) -> list[SemanticVersion]:
+        """Semantic entries by id, live or retired (not deleted), in the order given; unknown ids are skipped."""
+        found: dict[str, SemanticVersion] = {}
+        c = self._conn()
+        for i in range(0, len(ids), 500):
+            chunk = list(ids[i:i + 500])
+            q = (f"SELECT {self._VERSION_COLS} FROM semantic WHERE user_id=? "
+                 f"AND id IN ({','.join('?' * len(chunk))})")
+            for row in c.execute(q, (user_id, *chunk)):
+                entry = self._entry(user_id, row[:9])
+                live, at, by, decision = row[9:]
+                found[entry.id] = SemanticVersion(**dict(entry), live=bool(live), retired_at=_from_iso(at),
+                                                  retired_by=by, retired_decision=decision)
+        return [found[i] for i in dict.fromkeys(ids) if i in found]
 
     def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:
         """One live semantic entry. Raises ``NotFoundError``."""

@@ -52,7 +52,10 @@ Schema versions: 1 (first release); 2 adds the message properties ``metadata``,
 the missing properties in place (objects written by version 1 read as ``{}`` metadata, never
 re-buffered, not deleted), so old data stays readable. 3 adds ``event_start``/``event_end`` of
 semantic entries; 4 adds ``lexical`` to episodes and semantic entries, filled in for the stored
-objects of every tenant when older collections are opened.
+objects of every tenant when older collections are opened; 5 adds the semantic entries' ``origin`` and what
+retired a superseded version (``retired_at``, ``retired_by``, ``retired_decision``: set with its ``died`` mark;
+read only while ``died <= N``, so a rolled-back step leaves none behind). Objects stored before read them as
+absent.
 
 ``add_messages`` is idempotent on (user_id, message id) through uuid5(user_id, message id); arrival
 numbers continue from the largest stored ``seq``. A batch cut by a crash keeps the messages written
@@ -83,8 +86,9 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
-from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, StoredMessage,
-                     instant, metadata_matches)
+from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, SemanticVersion,
+                     StoredMessage, instant, metadata_matches, utcnow)
+from .base import replacements, retired_decision
 from .lexical import DEFAULT_LEXICAL_WEIGHT, lexical_text
 from .sqlite import message_key
 
@@ -92,9 +96,10 @@ __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION",
            "INSTALL_HINT"]
 
 #: 1: first release; 2: ``<prefix>Message`` has ``metadata``; 3: ``<prefix>Semantic`` has ``event_start``/
-#: ``event_end`` (ISO text, "" when unknown); 4: ``lexical`` (trigram-tokenised text of episodes and entries).
+#: ``event_end`` (ISO text, "" when unknown); 4: ``lexical`` (trigram-tokenised text of episodes and entries);
+#: 5: ``<prefix>Semantic`` has ``origin``, ``retired_at``, ``retired_by``, ``retired_decision``.
 #: Opening older collections adds the missing properties.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_PREFIX = "Nemori"
 INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
 _SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
@@ -210,7 +215,8 @@ _SCHEMA: dict[str, dict[str, str]] = {
                 "lexical": "lexical"},
     "semantic": {"user_id": "key", "eid": "key", "text": "text", "sources": "text", "supersedes": "text",
                  "created_at": "text", "born": "int", "died": "int", "gone": "int", "event_start": "text",
-                 "event_end": "text", "lexical": "lexical"},
+                 "event_end": "text", "lexical": "lexical", "origin": "text", "retired_at": "text",
+                 "retired_by": "text", "retired_decision": "text"},
     "meta": {"kind": "key", "user_id": "key", "tenant": "key", "embedder": "text", "dim": "int",
              "schema_version": "int", "committed": "int", "pending": "int", "next_window": "int"},
 }
@@ -721,12 +727,14 @@ class WeaviateStore:
         self._patch(self._tc("message", user), assigns)
         self._commit(user, k, purge=any("gone" in p for p in kills.values()), next_window=window + 1)
 
-    def _kills(self, user: _User, kind: str, k: int, dead: Sequence[str], replaced: Sequence[str]) -> dict:
-        """Patches ending the live versions of ``dead`` ids (superseded) and every kept version of
-        ``replaced`` ids (overwritten, as SQLite's INSERT OR REPLACE does)."""
+    def _kills(self, user: _User, kind: str, k: int, dead: Sequence[str], replaced: Sequence[str],
+               retired: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
+        """Patches ending the live versions of ``dead`` ids (superseded; ``retired`` adds properties to an id's
+        patch: what retired it) and every kept version of ``replaced`` ids (overwritten, as SQLite's INSERT OR
+        REPLACE does)."""
         n, patches = user.committed, {}
         for o in self._live_versions(user, kind, list(dead)):
-            patches[str(o.uuid)] = {"died": k}
+            patches[str(o.uuid)] = {"died": k, **(retired or {}).get(o.properties["eid"], {})}
         kept = self._by_key(self._tc(kind, user), "eid", replaced, self._f("gone").greater_than(n)) if replaced else []
         for o in kept:
             patches[str(o.uuid)] = {"gone": k, **({"died": k} if int(o.properties["died"]) > n else {})}
@@ -877,9 +885,11 @@ class WeaviateStore:
 
     # ------------------------------------------------------------------ semantic
     def _entry_object(self, user_id: str, e: SemanticEntry, k: int) -> Any:
-        props = {"lexical": lexical_text(e.text), "user_id": user_id, "eid": e.id, "text": e.text, "sources": json.dumps(list(e.source_episode_ids)),
-                 "supersedes": json.dumps(list(e.supersedes)), "created_at": e.created_at.isoformat(), "born": k,
-                 "died": _NEVER, "gone": _NEVER, "event_start": _iso(e.event_start), "event_end": _iso(e.event_end)}
+        props = {"lexical": lexical_text(e.text), "user_id": user_id, "eid": e.id, "text": e.text,
+                 "sources": json.dumps(list(e.source_episode_ids)), "supersedes": json.dumps(list(e.supersedes)),
+                 "created_at": e.created_at.isoformat(), "born": k, "died": _NEVER, "gone": _NEVER,
+                 "event_start": _iso(e.event_start), "event_end": _iso(e.event_end), "origin": e.origin or "",
+                 "retired_at": "", "retired_by": "", "retired_decision": ""}
         vector = {_VEC: _unit(e.vector)} if len(e.vector) else None
         return self._w.DataObject(properties=props, uuid=_uid("semantic", user_id, e.id, k), vector=vector)
 
@@ -889,7 +899,27 @@ class WeaviateStore:
         return SemanticEntry(id=p["eid"], user_id=user_id, text=p["text"], vector=list((o.vector or {}).get(_VEC, [])),
                              source_episode_ids=json.loads(p["sources"]), supersedes=json.loads(p["supersedes"]),
                              created_at=datetime.fromisoformat(p["created_at"]),
-                             event_start=_from_iso(p.get("event_start")), event_end=_from_iso(p.get("event_end")))
+                             event_start=_from_iso(p.get("event_start")), event_end=_from_iso(p.get("event_end")),
+                             origin=p.get("origin") or None)
+
+    @classmethod
+    def _version(cls, user_id: str, o: Any, n: int) -> SemanticVersion:
+        """A kept semantic version at committed step ``n``; what retired it is read only once it died."""
+        p, live = o.properties, int(o.properties["died"]) > n
+        return SemanticVersion(**dict(cls._entry(user_id, o)), live=live,
+                               retired_at=None if live else _from_iso(p.get("retired_at")),
+                               retired_by=None if live else p.get("retired_by") or None,
+                               retired_decision=None if live else p.get("retired_decision") or None)
+
+    @staticmethod
+    def _retired_props(ids: Sequence[str], by: Mapping[str, SemanticEntry]) -> dict[str, dict[str, Any]]:
+        """id → the properties recording what retired it: now, the replacing entry's id and its decision."""
+        now, out = utcnow().isoformat(), {}
+        for i in ids:
+            new = by.get(i)
+            out[i] = {"retired_at": now, "retired_by": new.id if new is not None else "",
+                      "retired_decision": retired_decision(new)}
+        return out
 
     @_guarded
     def commit_distillation(self, user_id: str, episode_id: str, inserts: Sequence[SemanticEntry],
@@ -900,7 +930,8 @@ class WeaviateStore:
         k = user.committed + 1
         unique = list({e.id: e for e in inserts}.values())  # a repeated id: the last one wins, as in SQLite
         new = [self._entry_object(user_id, e, k) for e in unique]
-        kills = self._kills(user, "semantic", k, deletes, [e.id for e in unique])
+        kills = self._kills(user, "semantic", k, deletes, [e.id for e in unique],
+                            self._retired_props(list(deletes), replacements(inserts)))
         distilled = {str(o.uuid): {"distilled_step": k} for o in self._live_versions(user, "episode", [episode_id])
                      if int(o.properties["distilled_step"]) > user.committed}
         self._begin(user)
@@ -908,6 +939,45 @@ class WeaviateStore:
         self._insert(self._tc("semantic", user), new)
         self._patch(self._tc("episode", user), distilled)
         self._commit(user, k, purge=any("gone" in p for p in kills.values()))
+
+    @_guarded
+    def replace_semantic(self, user_id: str, entry_id: str, replacement: SemanticEntry) -> None:
+        """Atomically (one step) retire the live entry ``entry_id``, recorded as retired by ``replacement`` (its
+        ``origin`` the decision), and insert ``replacement``.
+
+        Raises:
+            NotFoundError: no live entry ``entry_id`` for the user.
+            StoreError: ``replacement.id`` is ``entry_id`` (a new version needs its own id).
+        """
+        if replacement.id == entry_id:
+            raise StoreError(f"replacement of {entry_id!r} has the same id. Fix: give the new version its own id.")
+        user = self._user(user_id)
+        if user is not None:
+            user = self._writable_user(user_id)
+        if not user or not self._live_versions(user, "semantic", [entry_id]):
+            raise NotFoundError(f"no live semantic entry {entry_id!r} for user {user_id!r}. "
+                                "Fix: list ids with Memory.list_semantic(user_id).")
+        self._settle_dim([replacement.vector] if replacement.vector else [])
+        k = user.committed + 1
+        kills = self._kills(user, "semantic", k, [entry_id], [replacement.id],
+                            self._retired_props([entry_id], {entry_id: replacement}))
+        new = [self._entry_object(user_id, replacement, k)]
+        self._begin(user)
+        self._patch(self._tc("semantic", user), kills)
+        self._insert(self._tc("semantic", user), new)
+        self._commit(user, k, purge=any("gone" in p for p in kills.values()))
+
+    @_guarded
+    def semantic_versions(self, user_id: str, ids: Sequence[str]) -> list[SemanticVersion]:
+        """Semantic entries by id, live or retired (not deleted), in the order given; unknown ids are skipped."""
+        user = self._user(user_id)
+        if user is None or not ids:
+            return []
+        n = user.committed
+        kept = self._f("born").less_or_equal(n) & self._f("gone").greater_than(n)
+        objs = self._by_key(self._tc("semantic", user), "eid", list(ids), kept, vectors=True)
+        found = {o.properties["eid"]: self._version(user_id, o, n) for o in objs}
+        return [found[i] for i in dict.fromkeys(ids) if i in found]
 
     @_guarded
     def get_semantic(self, user_id: str, entry_id: str) -> SemanticEntry:

@@ -95,6 +95,42 @@ def test_consolidation_conflict_deletes_targets_and_inserts_insight(tmp_path):
     assert "Caroline likes dogs." in live
 
 
+def test_consolidation_records_the_decision_that_retired_each_entry(tmp_path):
+    store, _, live = _consolidate(tmp_path / "merge", chat_reply(
+        action="merge", targets=[1], merged_text="Caroline loves dogs and adopted Rex in May 2023."))
+    merged = live["Caroline loves dogs and adopted Rex in May 2023."]
+    (old,) = store.semantic_versions("u", ["s0"])
+    assert merged.origin == "merge" and (old.live, old.retired_by, old.retired_decision) == (False, merged.id, "merge")
+    assert live["Caroline has no pets."].origin is None                  # seeded without a decision
+    store, _, live = _consolidate(tmp_path / "conflict", chat_reply(action="conflict", targets=[2], merged_text=""))
+    new = live["Caroline adopted a dog named Rex in May 2023."]
+    (old,) = store.semantic_versions("u", ["s1"])
+    assert new.origin == "conflict" and (old.retired_by, old.retired_decision) == (new.id, "conflict")
+    _, _, live = _consolidate(tmp_path / "new", chat_reply(action="new", targets=[], merged_text=""))
+    assert live["Caroline adopted a dog named Rex in May 2023."].origin == "new"
+
+
+def test_an_entry_made_and_retired_within_one_episode_hands_on_what_it_replaced(tmp_path):
+    from nemori_dspy.modules.semantic import Consolidation, _retire
+
+    stored = SemanticEntry(id="s0", user_id="u", text="Caroline likes dogs.", vector=unit_vector(10))
+    store = SQLiteStore(tmp_path / "m.db")
+    store.commit_distillation("u", "ep_seed", [stored], [])
+    plan = Consolidation(stored={"s0": "caroline likes dogs"}, entries={"s0": stored})
+    first = SemanticEntry(id="m1", user_id="u", text="Caroline loves dogs.", vector=unit_vector(10), supersedes=["s0"],
+                          origin="merge")
+    _retire(plan, [stored], first, "merge")
+    plan.inserts.append(first)
+    second = SemanticEntry(id="m2", user_id="u", text="Caroline fears dogs.", vector=unit_vector(10),
+                           supersedes=["m1"], origin="conflict")
+    _retire(plan, [first], second, "conflict")                            # m1 is never stored
+    plan.inserts.append(second)
+    assert second.supersedes == ["s0"] and plan.deletes == ["s0"] and [e.id for e in plan.inserts] == ["m2"]
+    store.commit_distillation("u", "ep_new", plan.inserts, plan.deletes)
+    (old,) = store.semantic_versions("u", ["s0"])
+    assert (old.retired_by, old.retired_decision) == ("m2", "conflict")
+
+
 def test_action_followed_by_an_echoed_format_note_is_repaired_without_a_retry(tmp_path):
     """Seen with the 0.5B model: the action word followed by the adapter's format note. The leading
     keyword is kept (pydantic BeforeValidator on ``ConsolidationAction``); no retry, conflict applied."""

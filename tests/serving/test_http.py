@@ -141,6 +141,47 @@ def test_delete_semantic_reports_sources_and_forget_removes_them_over_http(make_
         assert c.post(f"/v1/users/fay/semantic/{second['id']}/forget").status_code == 404
 
 
+def test_a_user_correction_is_a_new_version_and_the_history_lists_both(make_server):
+    srv, _ = make_server()
+    with client(srv) as c:
+        c.post("/v1/users/gus/messages", json={"messages": messages(4)})
+        flushed(c, "gus")
+        old = c.get("/v1/users/gus/semantic").json()["semantic"][0]
+        r = c.patch(f"/v1/users/gus/semantic/{old['id']}", json={"text": "Gus's dog is called Rex."})
+        assert r.status_code == 200, r.text
+        new = r.json()["entry"]
+        assert r.json()["retired"] == old["id"] and r.json()["decision"] == "user_update"
+        assert new["id"] != old["id"] and new["origin"] == "user_update" and new["supersedes"] == [old["id"]]
+        assert (new["event_start"], new["source_episode_ids"]) == (old["event_start"], old["source_episode_ids"])
+        assert "vector" not in new
+        assert c.get(f"/v1/users/gus/semantic/{old['id']}").status_code == 404       # retired: not live any more
+        listed = [e["id"] for e in c.get("/v1/users/gus/semantic").json()["semantic"]]
+        assert new["id"] in listed and old["id"] not in listed
+        hits = c.post("/v1/users/gus/search", json={"query": "Gus's dog is called Rex."}).json()["semantic"]
+        assert hits[0]["id"] == new["id"] and old["id"] not in [h["id"] for h in hits]
+        for asked in (old["id"], new["id"]):
+            hist = c.get(f"/v1/users/gus/semantic/{asked}/history").json()
+            assert hist["entry_id"] == asked and [v["id"] for v in hist["versions"]] == [old["id"], new["id"]]
+        first, second = hist["versions"]
+        assert (first["live"], first["retired_by"], first["retired_decision"]) == (False, new["id"], "user_update")
+        assert first["retired_at"] and first["text"] == old["text"] and first["origin"] == "new"
+        assert second["live"] and second["retired_at"] is None and second["event_end"] == old["event_end"]
+        dated = c.patch(f"/v1/users/gus/semantic/{new['id']}", json={"text": "Gus adopted Rex.",
+                                                                     "event_start": "2023-05-08T13:56:00"}).json()
+        assert dated["entry"]["event_start"] == dated["entry"]["event_end"] == "2023-05-08T13:56:00"
+        assert len(c.get(f"/v1/users/gus/semantic/{old['id']}/history").json()["versions"]) == 3
+        for bad, code in [({"text": ""}, 422), ({"text": "x", "event_start": "not a date"}, 422),
+                          ({"text": "x", "other": 1}, 422), ({"text": "x" * 40_000}, 422)]:
+            assert c.patch(f"/v1/users/gus/semantic/{dated['entry']['id']}", json=bad).status_code == code, bad
+        assert c.patch(f"/v1/users/gus/semantic/{old['id']}", json={"text": "x"}).status_code == 404
+        assert c.get("/v1/users/gus/semantic/sem_nope/history").status_code == 404
+        assert c.get(f"/v1/users/nobody/semantic/{old['id']}/history").status_code == 404   # another user
+        assert c.patch(f"/v1/users/nobody/semantic/{old['id']}", json={"text": "x"}).status_code == 404
+    with client(srv, {"Authorization": f"Bearer {user_token(TOKEN, 'amy')}"}) as amy:    # a user token of another
+        assert amy.get(f"/v1/users/gus/semantic/{old['id']}/history").status_code == 403
+        assert amy.patch(f"/v1/users/gus/semantic/{new['id']}", json={"text": "x"}).status_code == 403
+
+
 # --------------------------------------------------------------------------- auth
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
                                      {"Authorization": "Basic " + TOKEN}], ids=["none", "wrong", "no-scheme", "basic"])

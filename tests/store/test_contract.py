@@ -740,3 +740,73 @@ def test_forget_reaches_a_merged_episode_and_rebuffers_its_other_messages(store,
     assert out["requeued"] == ["m2", "m3"]
     assert [m.id for m in store.pending_messages(u)] == ["m2", "m3"]
     assert store.list_episodes(u) == [] and store.list_semantic(u) == []
+
+
+# --------------------------------------------------------------------------- versions of a semantic entry
+def version(user: str, sid: str, vector: list[float], supersedes: list[str], origin: str,
+            source: str = "e0") -> SemanticEntry:
+    return SemanticEntry(id=sid, user_id=user, text=f"fact {sid}", vector=vector, source_episode_ids=[source],
+                         supersedes=supersedes, origin=origin)
+
+
+def test_a_superseded_entry_is_retired_with_its_replacement_and_decision(backend: Backend, store, new_user):
+    u, other = new_user(), new_user("other")
+    _seed_semantic(store, u, {"s0": E_OPP, "s1": E_SAME, "s2": E_NEAR})
+    store.add_messages(u, [msg(2)])
+    store.commit_window(u, 1, [episode(u, "e1", ["m2"], E_ORTHO, window=1, start_min=2)], [])
+    merged, fresh = version(u, "s3", E_SAME, ["s1"], "merge", "e1"), version(u, "s4", E_NEAR, ["s2"], "conflict", "e1")
+    store.commit_distillation(u, "e1", [merged, fresh], ["s1", "s2", "s0"])   # s0: no insert names it
+
+    assert {e.id for e in store.list_semantic(u)} == {"s3", "s4"}
+    assert ids(store.search_semantic(u, Q, top_k=10)) == ["s3", "s4"]          # retired versions are never searched
+    assert store.get_semantic(u, "s3").origin == "merge" and store.get_semantic(u, "s3").supersedes == ["s1"]
+    for s in (store, backend.reopen()):                                      # kept across a reopen
+        got = s.semantic_versions(u, ["s3", "s1", "nope", "s2", "s0", "s1"])
+        assert [v.id for v in got] == ["s3", "s1", "s2", "s0"]               # given order, unknown skipped, once
+        live, s1, s2, s0 = got
+        assert live.live and live.retired_at is None and live.retired_by is None and live.retired_decision is None
+        assert (s1.live, s1.retired_by, s1.retired_decision, s1.text) == (False, "s3", "merge", "fact s1")
+        assert (s2.retired_by, s2.retired_decision) == ("s4", "conflict")
+        assert (s0.retired_by, s0.retired_decision) == (None, "superseded")
+        assert all(v.retired_at is not None for v in (s1, s2, s0))
+        assert s1.event_start == s1.event_end is None and s1.source_episode_ids == ["e0"]
+    assert store.semantic_versions(other, ["s1", "s3"]) == [] and store.semantic_versions(u, []) == []
+    assert store.stats(u)["semantic"] == 2
+
+
+def test_replace_semantic_retires_the_entry_for_a_new_version(store, new_user):
+    u = new_user()
+    _seed_semantic(store, u, {"s1": E_OPP, "keep": E_ORTHO})
+    store.replace_semantic(u, "s1", version(u, "s1v2", E_SAME, ["s1"], "user_update"))
+    with pytest.raises(NotFoundError):
+        store.get_semantic(u, "s1")
+    assert [e.id for e in store.list_semantic(u)] == ["keep", "s1v2"] or \
+        {e.id for e in store.list_semantic(u)} == {"keep", "s1v2"}
+    assert ids(store.search_semantic(u, Q, top_k=10)) == ["s1v2", "keep"]     # the old version is not searched
+    assert store.stats(u)["semantic"] == 2
+    store.replace_semantic(u, "s1v2", version(u, "s1v3", E_NEAR, ["s1v2"], "user_update"))
+    s1, v2, v3 = store.semantic_versions(u, ["s1", "s1v2", "s1v3"])
+    assert (s1.retired_by, s1.retired_decision, v2.retired_by, v2.retired_decision) == \
+        ("s1v2", "user_update", "s1v3", "user_update")
+    assert v3.live and v3.origin == "user_update" and v3.supersedes == ["s1v2"] and not v2.live
+    with pytest.raises(NotFoundError):                                       # a retired version is not replaced
+        store.replace_semantic(u, "s1", version(u, "x", E_SAME, ["s1"], "user_update"))
+    with pytest.raises(NotFoundError):
+        store.replace_semantic(new_user("nobody"), "s1v3", version(u, "y", E_SAME, ["s1v3"], "user_update"))
+    with pytest.raises(StoreError):                                          # a new version needs its own id
+        store.replace_semantic(u, "s1v3", version(u, "s1v3", E_SAME, [], "user_update"))
+    assert store.get_semantic(u, "s1v3").text == "fact s1v3"
+
+
+def test_forgetting_a_fact_removes_its_retired_versions_too(store, new_user):
+    u = new_user()
+    _seed_semantic(store, u, {"s1": E_SAME})
+    store.replace_semantic(u, "s1", version(u, "s1v2", E_NEAR, ["s1"], "user_update"))
+    out = store.forget_semantic(u, "s1v2")
+    assert "s1v2" in out["semantic"]
+    assert store.semantic_versions(u, ["s1", "s1v2"]) == []                  # both sourced from the removed episode
+    v = new_user()
+    _seed_semantic(store, v, {"s1": E_SAME})
+    store.replace_semantic(v, "s1", version(v, "s1v2", E_NEAR, ["s1"], "user_update"))
+    store.delete_user(v)
+    assert store.semantic_versions(v, ["s1", "s1v2"]) == []

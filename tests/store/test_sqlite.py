@@ -62,8 +62,24 @@ def test_a_version_1_file_opens_and_its_entries_have_no_event_time(tmp_path):
     assert again.get_semantic("u", "s-new").event_end == datetime(2023, 5, 8, 14, 0)
     assert again.get_semantic("u", "s-old").event_start is None
     version = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-    assert int(version) == SCHEMA_VERSION == 4
+    assert int(version) == SCHEMA_VERSION == 5
     again.close()
+
+
+def test_an_entry_retired_before_schema_5_reads_as_a_version_without_its_decision(tmp_path):
+    path = tmp_path / "old.db"
+    _v1_file(path)
+    c = sqlite3.connect(path)
+    c.execute("INSERT INTO semantic VALUES (?,?,?,?,?,?,?,0)",
+              ("u", "s-gone", "Caroline has no pets.", np.asarray([0, 1, 0], dtype=np.float32).tobytes(),
+               json.dumps(["e0"]), "[]", "2024-12-01T00:00:00+00:00"))
+    c.commit()
+    c.close()
+    store = SQLiteStore(path)
+    gone, old = store.semantic_versions("u", ["s-gone", "s-old"])
+    assert not gone.live and gone.retired_decision is gone.retired_by is gone.retired_at is gone.origin is None
+    assert old.live and old.origin is None
+    store.close()
 
 
 def test_a_newer_file_is_refused_with_the_fix(tmp_path):

@@ -203,10 +203,12 @@ def test_semantic_objects_carry_event_times_apart_from_created_at():
 
 
 def test_opening_version_1_collections_adds_the_event_and_lexical_properties():
-    assert wv.SCHEMA_VERSION == 4
-    v1_semantic = [n for n in wv._SCHEMA["semantic"] if not n.startswith("event_") and n != "lexical"]
-    assert wv._missing_properties("semantic", v1_semantic) == {"event_start": "text", "event_end": "text",
-                                                               "lexical": "lexical"}
+    assert wv.SCHEMA_VERSION == 5
+    later = ("lexical", "origin", "retired_at", "retired_by", "retired_decision")
+    v1_semantic = [n for n in wv._SCHEMA["semantic"] if not n.startswith("event_") and n not in later]
+    assert wv._missing_properties("semantic", v1_semantic) == {
+        "event_start": "text", "event_end": "text", "lexical": "lexical", "origin": "text", "retired_at": "text",
+        "retired_by": "text", "retired_decision": "text"}
     assert wv._missing_properties("semantic", [n[0].lower() + n[1:] for n in wv._SCHEMA["semantic"]]) == {}
     added = []
     props = [SimpleNamespace(name=n) for n in v1_semantic]
@@ -214,8 +216,32 @@ def test_opening_version_1_collections_adds_the_event_and_lexical_properties():
                                                   add_property=added.append))
     _bare_store()._add_missing_properties("semantic", coll)
     assert [(p.name, p.dataType.value) for p in added] == [("event_start", "text"), ("event_end", "text"),
-                                                            ("lexical", "text")]
-    assert added[-1].tokenization.value == "trigram" and added[-1].indexSearchable
+                                                            ("lexical", "text"), ("origin", "text"),
+                                                            ("retired_at", "text"), ("retired_by", "text"),
+                                                            ("retired_decision", "text")]
+    assert added[2].tokenization.value == "trigram" and added[2].indexSearchable
+
+
+def test_semantic_versions_record_what_retired_them():
+    from nemori_dspy.types import SemanticEntry
+
+    merged = SemanticEntry(id="s9", user_id="u", text="x", vector=[1.0], supersedes=["s1", "s2"], origin="merge")
+    props = WeaviateStore._retired_props(["s1", "s2", "s3"], {"s1": merged, "s2": merged})
+    assert props["s1"]["retired_by"] == "s9" and props["s1"]["retired_decision"] == "merge"
+    assert props["s3"] == {**props["s3"], "retired_by": "", "retired_decision": "superseded"}   # no replacement named
+    obj = _bare_store()._entry_object("u", SemanticEntry(id="s1", user_id="u", text="y", vector=[1.0], origin="new"), 2)
+    assert obj.properties["origin"] == "new" and obj.properties["retired_decision"] == ""
+    dead = SimpleNamespace(properties={**obj.properties, **props["s1"], "died": 5}, vector=None)
+    v = WeaviateStore._version("u", dead, 5)
+    assert (v.live, v.retired_by, v.retired_decision, v.origin) == (False, "s9", "merge", "new") and v.retired_at
+    # a step that retired it and then crashed is rolled back (died reset): its leftover marks are not read
+    back = SimpleNamespace(properties={**obj.properties, **props["s1"], "died": wv._NEVER}, vector=None)
+    v = WeaviateStore._version("u", back, 5)
+    assert v.live and v.retired_by is v.retired_decision is v.retired_at is None
+    # an object written before schema 5 has none of the properties
+    old = {k: v for k, v in obj.properties.items() if k not in ("origin", "retired_at", "retired_by", "retired_decision")}
+    v = WeaviateStore._version("u", SimpleNamespace(properties={**old, "died": 3}, vector=None), 5)
+    assert not v.live and v.origin is None and v.retired_decision is None
 
 
 def test_episode_and_entry_objects_carry_their_lexical_text():

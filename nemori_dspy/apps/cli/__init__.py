@@ -2,7 +2,8 @@
 
 ``eval locomo|longmemeval`` and ``report`` (``evaluate.py``), ``optimize`` (``optimize.py``), ``serve
 http|mcp|token`` (``serve.py``) and the memory commands ``add``, ``search``, ``answer``, ``list``, ``delete``,
-``forget``, ``export``, ``import`` (``memory.py``). Options override ``NemoriSettings`` (which also reads
+``forget``, ``export``, ``import``, ``flush``, ``status``, ``history``, ``update`` (``memory.py``); ``--version``
+prints the installed version. Options override ``NemoriSettings`` (which also reads
 ``NEMORI_*`` env vars); every command builds its run through ``nemori_dspy.apps.context``.
 """
 
@@ -31,6 +32,8 @@ class _InOrder(click.Group):
 
 @click.group("nemori-dspy", cls=_InOrder, help="Nemori long-term memory as a DSPy pipeline",
              context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=None, package_name="nemori-dspy", prog_name="nemori-dspy",
+                      message="%(prog)s %(version)s")
 def cli() -> None:
     """The root group; its commands are added below."""
 

@@ -1,7 +1,10 @@
-"""The memory commands: ``add``, ``search``, ``answer``, ``list``, ``delete``, ``forget``, ``export``, ``import``.
+"""The memory commands: ``add``, ``flush``, ``search``, ``answer``, ``list``, ``status``, ``history``, ``update``,
+``delete``, ``forget``, ``export``, ``import``.
 
 Each opens the store the settings name through the run context (``serve.open_memory``); only ``add`` (unless
-``--no-process``) and ``answer`` start an LM. Errors print one line (``error: ...``) and exit 2.
+``--no-process``), ``flush`` and ``answer`` start an LM. Every command that reads (and ``add``, ``flush``,
+``update``) prints lines for a person, or one JSON object with ``--json`` (``export`` always writes JSON lines).
+Errors print one line (``error: ...``) and exit 2.
 """
 
 from __future__ import annotations
@@ -16,8 +19,29 @@ import click
 
 from nemori_dspy.apps.cli.serve import memory_options, open_memory
 
-__all__ = ["MEMORY_COMMANDS", "add", "search", "answer", "list_", "delete", "forget", "export", "import_",
-           "json_records", "parse_metadata"]
+__all__ = ["MEMORY_COMMANDS", "add", "flush", "search", "answer", "list_", "status", "history", "update", "delete",
+           "forget", "export", "import_", "json_records", "parse_metadata", "json_option"]
+
+
+def json_option() -> Any:
+    """``--json``: print the command's result as one JSON object instead of lines."""
+    return click.option("--json", "as_json", is_flag=True, help="print the result as one JSON object")
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, default=str))
+
+
+def _public(model: Any) -> dict[str, Any]:
+    """A record as JSON without its embedding vector."""
+    return model.model_dump(mode="json", exclude={"vector"})
+
+
+def _status_line(user: str, st: dict[str, Any]) -> str:
+    health = "healthy" if st["healthy"] else "NOT healthy" + (f" (parked: {'; '.join(st['parked'])})" if st["parked"]
+                                                             else f" ({st['to_distill']} to distill)")
+    return (f"{user}: {st['messages']} messages, {st['pending']} pending, {st['episodes']} episodes "
+            f"({st['superseded_episodes']} superseded), {st['semantic']} semantic entries; {health}")
 
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
@@ -81,6 +105,7 @@ def parse_metadata(items: tuple[str, ...] | list[str]) -> dict[str, Any] | None:
 @click.argument("file")
 @click.option("--flush", is_flag=True, help="also process a partial last window (end of conversation)")
 @click.option("--no-process", is_flag=True, help="only store (no LLM calls)")
+@json_option()
 def add(**flags: Any) -> int:
     """``add``: store the file's messages (FILE.jsonl or -; each line {speaker, content, timestamp, id?,
     metadata?}) and process every full window, unless ``--no-process``.
@@ -108,8 +133,37 @@ def add(**flags: Any) -> int:
         if flags["flush"]:
             memory.flush(user)
         st = memory.status(user)
+    if flags["as_json"]:
+        _print_json({**res.model_dump(mode="json", exclude={"report"}), "status": st.model_dump(exclude={"counters"})})
+        return 0
     print(f"stored {res.accepted}, duplicates {res.duplicates}; {st.episodes} episodes, "
           f"{st.semantic} semantic entries, {st.pending} pending")
+    return 0
+
+
+@click.command("flush", help="process every buffered message of a user now, even a partial window")
+@memory_options()
+@click.option("--user", required=True)
+@json_option()
+def flush(**flags: Any) -> int:
+    """``flush``: ``Memory.flush`` (the end of a conversation: a partial window is processed too), then the status.
+
+    Raises:
+        UnknownUserError: nothing was ever added for the user.
+    """
+    from dataclasses import asdict
+
+    user = flags["user"]
+    with ExitStack() as stack:
+        memory = open_memory(flags, stack, llm=True)
+        report = memory.flush(user)
+        st = memory.status(user).model_dump(exclude={"counters"})
+    if flags["as_json"]:
+        _print_json({"user_id": user, "report": asdict(report), "status": st})
+        return 0
+    print(f"flushed {report.windows} windows: {report.episodes} episodes, {report.semantic_inserts} semantic entries "
+          f"written, {report.semantic_deletes} retired")
+    print(_status_line(user, st))
     return 0
 
 
@@ -120,7 +174,7 @@ def add(**flags: Any) -> int:
 @click.option("--top-k", type=int, default=5)
 @click.option("--metadata", multiple=True, metavar="KEY=VALUE",
               help="only episodes with a message tagged so (repeatable; VALUE parsed as JSON if it can be)")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@json_option()
 def search(**flags: Any) -> int:
     """``search``: the top ``--top-k`` episodes and semantic entries for the query, as lines or JSON."""
     from nemori_dspy.tools import search_payload
@@ -146,11 +200,20 @@ def search(**flags: Any) -> int:
 @memory_options()
 @click.option("--user", required=True)
 @click.argument("question")
+@json_option()
 def answer(**flags: Any) -> int:
-    """``answer``: ``Memory.answer`` for the question; prints the answer."""
+    """``answer``: ``Memory.answer`` for the question; prints the answer (with ``--json``: the answer, the context
+    it was given, what was retrieved and the LLM usage)."""
+    from nemori_dspy.tools import search_payload
+
     with ExitStack() as stack:
         memory = open_memory(flags, stack, llm=True)
-        print(memory.answer(flags["user"], flags["question"]).answer)
+        res = memory.answer(flags["user"], flags["question"])
+    if flags["as_json"]:
+        _print_json({"answer": res.answer, "context": res.context, "retrieved": search_payload(res.retrieved),
+                     "usage": res.usage.model_dump()})
+    else:
+        print(res.answer)
     return 0
 
 
@@ -158,20 +221,101 @@ def answer(**flags: Any) -> int:
 @memory_options()
 @click.option("--user", default=None, help="without it: list the users")
 @click.option("--kind", type=click.Choice(("episodes", "semantic")), default="episodes")
+@json_option()
 def list_(**flags: Any) -> int:
-    """``list``: the users, or one user's episodes (``--kind episodes``) or semantic entries."""
+    """``list``: the users, or one user's episodes (``--kind episodes``) or semantic entries; with ``--json``
+    ``{"users": [...]}`` or ``{"user_id", "kind", "items": [records without vectors]}``."""
     user = flags["user"]
     with ExitStack() as stack:
         memory = open_memory(flags, stack, llm=False)
         if not user:
-            for u in memory.store.list_users():
-                print(u)
+            users = memory.store.list_users()
+            rows: list[Any] = []
         elif flags["kind"] == "episodes":
-            for e in memory.list_episodes(user):
-                print(f"{e.id}  [{e.start:%Y-%m-%d %H:%M} – {e.end:%Y-%m-%d %H:%M}]  {len(e.message_ids)} messages  {e.cue}")
+            rows = memory.list_episodes(user)
         else:
-            for s in memory.list_semantic(user):
-                print(f"{s.id}  {s.text}")
+            rows = memory.list_semantic(user)
+    if flags["as_json"]:
+        _print_json({"users": users} if not user else
+                    {"user_id": user, "kind": flags["kind"], "items": [_public(r) for r in rows]})
+    elif not user:
+        for u in users:
+            print(u)
+    elif flags["kind"] == "episodes":
+        for e in rows:
+            print(f"{e.id}  [{e.start:%Y-%m-%d %H:%M} – {e.end:%Y-%m-%d %H:%M}]  {len(e.message_ids)} messages  {e.cue}")
+    else:
+        for s in rows:
+            print(f"{s.id}  {s.text}")
+    return 0
+
+
+@click.command("status", help="what is stored for a user (or every user) and what still waits")
+@memory_options()
+@click.option("--user", default=None, help="without it: one line per user")
+@json_option()
+def status(**flags: Any) -> int:
+    """``status``: ``Memory.status`` of the user (counts read from the store: messages, pending, episodes,
+    superseded episodes, semantic entries, episodes left to distill), or of every user."""
+    user = flags["user"]
+    with ExitStack() as stack:
+        memory = open_memory(flags, stack, llm=False)
+        users = [user] if user else memory.store.list_users()
+        found = {u: memory.status(u).model_dump(exclude={"counters"}) for u in users}
+    if flags["as_json"]:
+        _print_json({"user_id": user, **found[user]} if user else
+                    {"users": [{"user_id": u, **st} for u, st in found.items()]})
+        return 0
+    for u, st in found.items():
+        print(_status_line(u, st) if st["known"] else f"{u}: nothing stored")
+    return 0
+
+
+@click.command("history", help="every version of a semantic entry, with the decision that retired each")
+@memory_options()
+@click.option("--user", required=True)
+@click.argument("id")
+@json_option()
+def history(**flags: Any) -> int:
+    """``history``: ``Memory.semantic_history`` of the entry (live or retired), oldest first."""
+    with ExitStack() as stack:
+        memory = open_memory(flags, stack, llm=False)
+        versions = memory.semantic_history(flags["user"], flags["id"])
+    if flags["as_json"]:
+        _print_json({"entry_id": flags["id"], "versions": [_public(v) for v in versions]})
+        return 0
+    for v in versions:
+        when = f"{v.event_start:%Y-%m-%d}" if v.event_start else "undated"
+        if v.event_end and v.event_start and v.event_end.date() != v.event_start.date():
+            when += f" – {v.event_end:%Y-%m-%d}"
+        fate = "live"
+        if not v.live:
+            fate = f"retired ({v.retired_decision or 'decision not recorded'})"
+            fate += f" by {v.retired_by}" if v.retired_by else ""
+            fate += f" at {v.retired_at:%Y-%m-%d %H:%M}" if v.retired_at else ""
+        print(f"{v.id}  [{when}]  made by {v.origin or '?'}; {fate}  {v.text}")
+    return 0
+
+
+@click.command("update", help="correct a semantic entry: the text becomes its new version (the old one is kept "
+                              "in its history, retired as user_update)")
+@memory_options()
+@click.option("--user", required=True)
+@click.argument("id")
+@click.argument("text")
+@click.option("--event-start", default=None, help="when what it states began (ISO 8601); default: the old span")
+@click.option("--event-end", default=None, help="when it ended (ISO 8601)")
+@json_option()
+def update(**flags: Any) -> int:
+    """``update``: ``Memory.update_semantic``; prints the new version's id."""
+    with ExitStack() as stack:
+        memory = open_memory(flags, stack, llm=False)
+        new = memory.update_semantic(flags["user"], flags["id"], flags["text"], flags["event_start"],
+                                     flags["event_end"])
+    if flags["as_json"]:
+        _print_json({"entry": _public(new), "retired": flags["id"], "decision": "user_update"})
+    else:
+        print(f"updated {flags['id']} → {new.id}  {new.text}")
     return 0
 
 
@@ -251,4 +395,4 @@ def import_(**flags: Any) -> int:
 
 
 #: the memory commands, in the order ``--help`` lists them.
-MEMORY_COMMANDS = (add, search, answer, list_, delete, forget, export, import_)
+MEMORY_COMMANDS = (add, flush, search, answer, list_, status, history, update, delete, forget, export, import_)

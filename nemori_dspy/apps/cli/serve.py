@@ -89,10 +89,14 @@ def serve_http(**flags: Any) -> int:
 @click.option("--http", is_flag=True, help="streamable HTTP at http://HOST:PORT/mcp instead of stdio")
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", type=int, default=8766)
+@click.option("--threads", type=int, default=1, help="users processed at once in the background (0 = store only)")
 def serve_mcp(**flags: Any) -> int:
-    """``serve mcp``: the MCP server on stdio, or streamable HTTP with ``--http``."""
+    """``serve mcp``: the MCP server on stdio, or streamable HTTP with ``--http`` (bearer tokens verified by the
+    SDK when ``NEMORI_API_TOKEN`` is set); ``remember`` queues on a background worker of ``--threads`` users,
+    which resumes stored work on start and stops after the current window on exit."""
     from nemori_dspy.apps.serving.http import check_bind
-    from nemori_dspy.apps.serving.mcp import bearer_guard, build_mcp_server
+    from nemori_dspy.apps.serving.mcp import build_mcp_server
+    from nemori_dspy.apps.serving.worker import BackgroundProcessor
 
     token = server_token(RunContext.from_flags(flags, MEMORY_SETTINGS).settings)
     host, port = flags["host"], flags["port"]
@@ -100,20 +104,25 @@ def serve_mcp(**flags: Any) -> int:
         check_bind(host, token)
     with ExitStack() as stack:
         memory = open_memory(flags, stack, llm=True)
-        server = build_mcp_server(memory, user=flags["user"])
+        processor = BackgroundProcessor(memory, threads=flags["threads"])
+        stack.callback(processor.stop)
+        processor.start(resume=True)
+        server = build_mcp_server(memory, user=flags["user"], processor=processor,
+                                  token=token if flags["http"] else None,
+                                  issuer_url=f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
         if not flags["http"]:
             server.run("stdio")
             return 0
         import uvicorn
 
         app = server.streamable_http_app(host=host)
-        print(f"nemori-dspy MCP (streamable HTTP) on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-        uvicorn.run(bearer_guard(app, token) if token else app, host=host, port=port,
-                    log_level="info" if flags["verbose"] else "warning")
+        auth = "bearer token required" if token else "NO AUTH (loopback only)"
+        print(f"nemori-dspy MCP (streamable HTTP) on http://{host}:{port}/mcp ({auth})", file=sys.stderr, flush=True)
+        uvicorn.run(app, host=host, port=port, log_level="info" if flags["verbose"] else "warning")
     return 0
 
 
-@serve.command("token", help="print the bearer token that opens only one user's HTTP routes")
+@serve.command("token", help="print the bearer token that opens only one user's memory (REST routes, MCP tools)")
 @click.option("--user", required=True)
 def serve_token(user: str) -> int:
     """``serve token``: the per-user token derived from the server's ``NEMORI_API_TOKEN``.
@@ -123,7 +132,7 @@ def serve_token(user: str) -> int:
     """
     from nemori_dspy.errors import ConfigError
     from nemori_dspy.memory import validate_user_id
-    from nemori_dspy.apps.serving.http import user_token
+    from nemori_dspy.apps.serving.auth import user_token
 
     configure_logging(False)
     token = server_token(RunContext.from_flags({}, ()).settings)

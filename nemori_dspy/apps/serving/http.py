@@ -23,7 +23,6 @@ field and the fix.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -42,6 +41,7 @@ from ...errors import (ConfigError, InvalidInputError, LLMError, NemoriError, No
 from ...memory import Memory, validate_user_id
 from ...tools import search_payload
 from ...types import MetadataValue
+from .auth import user_token
 from .worker import BackgroundProcessor
 
 __all__ = ["create_app", "Limits", "check_bind", "user_token", "ROUTERS", "Served", "served", "get_memory",
@@ -59,11 +59,6 @@ class Limits:
     max_messages: int = 10_000
     max_message_chars: int = 32_000
     max_query_chars: int = 4_000
-
-
-def user_token(server_token: str, user_id: str) -> str:
-    """The bearer token that opens only ``user_id``'s routes: ``"nu_"`` + HMAC-SHA256(server token, user id)."""
-    return "nu_" + hmac.new(server_token.encode(), user_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -110,6 +105,16 @@ class SearchIn(BaseModel):
     semantic_top_k: int | None = Field(default=None, ge=0, le=200, description="semantic entries (default 20)")
     metadata: dict[str, MetadataValue] | None = Field(default=None, description="only episodes holding a message "
                                                       "with all these metadata pairs")
+
+
+class SemanticUpdateIn(BaseModel):
+    """A user's correction of a fact: recorded as its new version (the old one is retired, ``user_update``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, description="the corrected statement, e.g. 'Alice lives in Berlin.'")
+    event_start: str | None = Field(default=None, description="when what it states began, ISO 8601; default: the "
+                                    "old version's event span")
+    event_end: str | None = Field(default=None, description="when it ended, ISO 8601 (one bound alone sets both)")
 
 
 class AnswerIn(BaseModel):
@@ -393,6 +398,26 @@ def list_semantic(user_id: UserId, memory: MemoryDep, offset: int = Query(0, ge=
 @semantic_router.get("/{entry_id}")
 def get_semantic(entry_id: str, user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
     return _public(memory.get_semantic(user_id, entry_id))
+
+
+@semantic_router.patch("/{entry_id}")
+def update_semantic(entry_id: str, body: SemanticUpdateIn, user_id: UserId, memory: MemoryDep,
+                    limits: LimitsDep) -> dict[str, Any]:
+    """Correct a fact: the text becomes a new version (new id, same source episodes, the old event span unless
+    given); the old version is retired with the decision ``user_update`` and stays readable in its history."""
+    if len(body.text) > limits.max_message_chars:
+        raise InvalidInputError("text", f"is {len(body.text)} characters, more than {limits.max_message_chars}",
+                                "state the fact shorter")
+    new = memory.update_semantic(user_id, entry_id, body.text, body.event_start, body.event_end)
+    return {"entry": _public(new), "retired": entry_id, "decision": "user_update"}
+
+
+@semantic_router.get("/{entry_id}/history")
+def semantic_history(entry_id: str, user_id: UserId, memory: MemoryDep) -> dict[str, Any]:
+    """Every version of a fact, oldest first (``entry_id`` live or retired): text, event span, ``created_at``,
+    ``origin``, ``live`` and, once retired, ``retired_at``, ``retired_by`` and ``retired_decision`` (merge,
+    conflict or user_update)."""
+    return {"entry_id": entry_id, "versions": [_public(v) for v in memory.semantic_history(user_id, entry_id)]}
 
 
 @semantic_router.delete("/{entry_id}")
