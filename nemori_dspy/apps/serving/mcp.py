@@ -35,13 +35,17 @@ async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
         raise ToolError(str(exc)) from exc
 
 
-def build_mcp_server(memory: Memory, user: str | None = None, flush_on_remember: bool = True) -> MCPServer:
-    """The MCP server: four memory tools, ``user_id`` per call or fixed to ``user``.
+def build_mcp_server(memory: Memory, user: str | None = None, flush_on_remember: bool = True,
+                     tracer: Any = None) -> MCPServer:
+    """The MCP server: four memory tools, ``user_id`` per call or fixed to ``user``; with ``tracer``
+    (``serving.tracing.ServeTracer``) every tool call is one MLflow trace.
 
     Raises:
         InvalidInputError: ``user`` is a malformed user id.
     """
-    ops = MemoryOps(memory, flush_on_remember=flush_on_remember)
+    from .tracing import traced_ops
+
+    ops = traced_ops(MemoryOps(memory, flush_on_remember=flush_on_remember), tracer)
     server = MCPServer(name="nemori-dspy", instructions=INSTRUCTIONS)
     if user is not None:
         _fixed_user_tools(server, ops, validate_user_id(user))
