@@ -5,9 +5,12 @@ server flags, and per stage the hash and prompt-registry version of the prompt t
 system as soon as the model is up. While the eval runs, every answer is logged as produced: a row of the
 ``answers.json`` table (``mlflow.log_table``; the first 20 rows one by one, then at most every 10 s) and step
 metrics (``progress.answers``, ``running.<system>.<metric>`` on the parent, ``running.<metric>`` on the child,
-step = answers of that system so far), and every LLM call is a trace span (``eval/tracing.py``). At the end:
-final metrics, artifacts (run folder, charts, ``prompts.json`` with the texts that ran), the program as an
-``mlflow.dspy`` model (``eval/model.py``), status FINISHED.
+step = answers of that system so far), and every LLM call is a trace span (``eval/tracing.py``); each answer's trace
+gets its gold answer and judge verdicts as assessments (``eval.genai.verdict_feedbacks``). The questions that run are
+the runs' input (``log_input``: an ``mlflow.data`` dataset). At the end: final metrics (``<system>.<metric>`` on the
+parent, ``<metric>`` without the prefix on each system's child), artifacts (run folder, charts, ``prompts.json``
+with the texts that ran), the program as an ``mlflow.dspy`` model (``eval/model.py``), the ``@latest-eval`` prompt
+aliases, status FINISHED.
 
 A run killed by Ctrl-C / SIGTERM ends KILLED, one that raised ends FAILED (also at interpreter exit, by an
 ``atexit`` hook). A ``kill -9`` leaves it RUNNING: the next tracker start in this experiment marks every
@@ -17,7 +20,8 @@ reopens the same runs (ids kept in ``<run folder>/mlflow_run.json``) and finishe
 Prompt lineage: ``stage_prompts(pipeline)`` is the text of each stage's predictor *as loaded* (instruction, field
 prefixes/descriptions, demos: ``predictor_text``); ``prompt.<stage>`` is its hash and ``prompt_version.<stage>`` the
 version of ``nemori-dspy-<stage>`` in the prompt registry holding exactly that text (a tuned program registers a
-new version; an unchanged one finds its version). ``optimize`` registers tuned text through the same functions.
+new version; an unchanged one finds its version). ``optimize`` registers tuned text through the same functions
+(alias ``@tuned``); ``load_stage_prompt`` reads one back by alias or version (``--program prompts:/<name>@<alias>``).
 
 Tracking URI: ``settings.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db``
 (the sqlite backend needs full ``mlflow``, not ``mlflow-skinny``).
