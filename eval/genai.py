@@ -298,7 +298,8 @@ def _eval_workers(n: int) -> Iterator[None]:
 @contextmanager
 def _no_dspy_autolog() -> Iterator[None]:
     """``mlflow.genai.evaluate`` turns on every flavour's autolog tracing unless it was disabled: the DSPy one would
-    add module spans beside ours (``eval.tracing.LMSpans``: one span per LM call, named after its stage)."""
+    add module spans beside ours (``eval.tracing.LMSpans``: one span per LM call, named after its stage). It stays
+    disabled afterwards (``optimize``, the one user of DSPy autolog, turns it on itself)."""
     import mlflow
 
     try:
