@@ -159,3 +159,18 @@ def test_serve_token_prints_the_user_token(env, capsys, monkeypatch):
     monkeypatch.setenv("NEMORI_API_TOKEN", "server-secret")
     code, out, _ = run(capsys, "serve", "token", "--user", "amy")
     assert code == 0 and out.strip() == user_token("server-secret", "amy")
+
+
+@pytest.mark.parametrize("flag, traced", [(None, False), ("--trace", True)])
+def test_serve_http_traces_only_with_trace(env, capsys, monkeypatch, mlflow_db, flag, traced):
+    """``serve http`` hands its background processor a tracer only with ``--trace`` (setting ``serve_tracing``);
+    uvicorn is not started."""
+    import uvicorn
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(tracer=app.state.served.processor.tracer))
+    monkeypatch.setenv("NEMORI_MLFLOW_TRACKING_URI", mlflow_db)
+    code, _, _ = run(capsys, "serve", "http", *([flag] if flag else []))
+    assert code == 0 and (seen["tracer"] is not None) is traced
+    if traced:
+        assert seen["tracer"].experiment == "nemori-dspy-serve" and seen["tracer"].uri == mlflow_db
