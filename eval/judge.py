@@ -9,16 +9,18 @@ comparable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import dspy
+from pydantic import BaseModel, Field
 
 from nemori_dspy.errors import LLMError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
 from nemori_dspy.usage import tally
 
-__all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel", "as_panel"]
+__all__ = ["LLMJudge", "Verdict", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel",
+           "as_panel"]
 
 #: sha256[:12] of the judge signature's instruction and fields.
 JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
@@ -26,6 +28,23 @@ JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
 JUDGE_STRICT_PROMPT_HASH = signature_hash(JudgeAnswerStrict)
 #: ``--judge`` choice → the score names it produces.
 JUDGE_METRICS = {"generous": ["judge"], "strict": ["judge_strict"], "both": ["judge", "judge_strict"]}
+
+
+class Verdict(BaseModel):
+    """One judge's verdict on one answer: what a score of 1.0 / 0.0 stands for, with the judge's reasons."""
+
+    label: Literal["CORRECT", "WRONG"] = Field(description="CORRECT scores 1.0, WRONG 0.0")
+    rationale: str | None = Field(default=None, description="the judge's one-sentence reasoning, when it gives one")
+    findings: dict[str, bool] = Field(default_factory=dict, description="the strict judge's checks: "
+                                      "key_facts_present, contradicts_gold")
+    overridden: bool = Field(default=False, description="the strict judge said CORRECT against its own findings; "
+                             "the guard made it WRONG")
+    failed: bool = Field(default=False, description="the judge gave no usable reply after its retries (WRONG)")
+
+    @property
+    def score(self) -> float:
+        """1.0 for CORRECT, 0.0 for WRONG."""
+        return 1.0 if self.label == "CORRECT" else 0.0
 
 
 class LLMJudge:
@@ -54,21 +73,33 @@ class LLMJudge:
         self.prompt_hash = signature_hash(sig)
         self.failures = 0
 
-    def label(self, question: str, gold: str, answer: str) -> str:
-        """'CORRECT' or 'WRONG' ('WRONG' when the judge fails; see ``failures``)."""
+    def verdict(self, question: str, gold: str, answer: str) -> Verdict:
+        """The judge's ``Verdict``: label, reasoning (generous judge) or findings (strict judge); WRONG with
+        ``failed`` when the judge fails (see ``failures``)."""
         try:
             pred = self.predict(question=question, gold_answer=gold, generated_answer=answer)
         except LLMError:
             self.failures += 1
-            return "WRONG"
-        label = str(pred.label)
-        if self.strict and label == "CORRECT" and (not pred.key_facts_present or pred.contradicts_gold):
+            return Verdict(label="WRONG", failed=True)
+        label = "CORRECT" if str(pred.label) == "CORRECT" else "WRONG"
+        if not self.strict:
+            return Verdict(label=label, rationale=str(getattr(pred, "reasoning", "") or "") or None)
+        findings = {"key_facts_present": bool(pred.key_facts_present), "contradicts_gold": bool(pred.contradicts_gold)}
+        if label == "CORRECT" and (not findings["key_facts_present"] or findings["contradicts_gold"]):
             tally("judge_strict_overrides")
-            return "WRONG"
-        return label
+            return Verdict(label="WRONG", findings=findings, overridden=True)
+        return Verdict(label=label, findings=findings)
+
+    def label(self, question: str, gold: str, answer: str) -> str:
+        """'CORRECT' or 'WRONG' ('WRONG' when the judge fails; see ``failures``)."""
+        return self.verdict(question, gold, answer).label
+
+    def assess(self, example: Any, pred: Any) -> Verdict:
+        """``verdict`` of ``pred.answer`` to ``example`` (``question``, ``answer`` = gold)."""
+        return self.verdict(example.question, str(example.answer), str(pred.answer))
 
     def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:
-        return 1.0 if self.label(example.question, str(example.answer), str(pred.answer)) == "CORRECT" else 0.0
+        return self.assess(example, pred).score
 
 
 
@@ -92,8 +123,18 @@ class JudgePanel:
 
     def score(self, example: Any, answer: str) -> dict[str, float]:
         """``{metric name: 1.0 | 0.0}`` for one answer to ``example``."""
+        return {name: v.score for name, v in self.assess(example, answer).items()}
+
+    def assess(self, example: Any, answer: str) -> dict[str, Verdict]:
+        """``{metric name: Verdict}`` for one answer to ``example``: a judge with an ``assess`` method gives its
+        reasons (``LLMJudge``), any other judge metric its label only (1.0 → CORRECT)."""
         pred = dspy.Prediction(answer=answer)
-        return {name: judge(example, pred) for name, judge in self.judges.items()}
+        out = {}
+        for name, judge in self.judges.items():
+            assess = getattr(judge, "assess", None)
+            out[name] = assess(example, pred) if assess else \
+                Verdict(label="CORRECT" if judge(example, pred) == 1.0 else "WRONG")
+        return out
 
     def info(self) -> dict[str, dict[str, Any]]:
         """``{metric name: {"model", "prompt_hash", "failures"}}``: what makes each judge's scores comparable."""

@@ -25,8 +25,8 @@ from nemori_dspy.eval.locomo import LoCoMoConversation
 from nemori_dspy.eval.longmemeval import QUESTION_TYPES, LongMemEvalQuestion
 from nemori_dspy.eval.longmemeval_judge import question_example, summarise_accuracy
 from nemori_dspy.eval.metrics import Group, bleu1, token_f1
-from nemori_dspy.eval.runner import (EvalOptions, start_run, MemoryProvider, system_context, context_tokens,
-                     recall_scores, summarise)
+from nemori_dspy.eval.runner import (EvalOptions, judge_verdicts, start_run, MemoryProvider, system_context,
+                                     context_tokens, recall_scores, summarise)
 from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import System
 
@@ -52,12 +52,12 @@ def dated_question(q: LongMemEvalQuestion) -> str:
     return f"{q.question}\n(Current date: {q.question_date:%Y/%m/%d (%a) %H:%M})"
 
 
-def _scores(q: LongMemEvalQuestion, answer: str, panel: JudgePanel | None) -> dict[str, float | None]:
+def _scores(q: LongMemEvalQuestion, answer: str, panel: JudgePanel | None) -> dict[str, Any]:
     answerable = not q.is_abstention and q.question_type != "single-session-preference"
-    out: dict[str, float | None] = {"f1": token_f1(answer, q.answer) if answerable else None,
-                                    "bleu1": bleu1(answer, q.answer) if answerable else None}
+    out: dict[str, Any] = {"f1": token_f1(answer, q.answer) if answerable else None,
+                           "bleu1": bleu1(answer, q.answer) if answerable else None}
     if panel is not None:
-        out.update(panel.score(question_example(q), answer))
+        out.update(judge_verdicts(panel, question_example(q), answer))
     return out
 
 
@@ -118,8 +118,8 @@ def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemE
                 with opts.observer.span(f"answer {q.question_id} {system.name}", question=q.question_id,
                                         system=system.name):
                     row = _row(system, provider.memory(system), q, conv, rag, panel)
-                ckpt.add(row)
-                opts.observer.answered(row)
+                    ckpt.add(row)
+                    opts.observer.answered(row)
                 cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
     groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in ckpt.rows)]  # the types this run has

@@ -24,13 +24,14 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.errors import ConfigError
 
 __all__ = ["ProgramModel", "log_program_model", "load_program", "apply_program", "program_state", "is_model_uri",
-           "MODEL_NAME"]
+           "is_prompt_uri", "overlay_stage_prompt", "MODEL_NAME"]
 
 log = logging.getLogger(__name__)
 
 #: artifact name of the logged program model inside an eval's parent run (``runs:/<run_id>/program``).
 MODEL_NAME = "program"
 _MODEL_SCHEMES = ("runs:/", "models:/")
+_PROMPT_SCHEME = "prompts:/"
 
 
 class _Part(dspy.Module):
@@ -137,6 +138,46 @@ def log_program_model(settings: NemoriSettings, state: dict[str, Any], run_id: s
 def is_model_uri(ref: str) -> bool:
     """True for ``runs:/...`` and ``models:/...`` program references."""
     return ref.startswith(_MODEL_SCHEMES)
+
+
+def is_prompt_uri(ref: str) -> bool:
+    """True for ``prompts:/<name>@<alias>`` / ``prompts:/<name>/<version>`` references (one stage's prompt)."""
+    return ref.startswith(_PROMPT_SCHEME)
+
+
+def overlay_stage_prompt(state: dict[str, Any], stage: str, text: str) -> dict[str, Any]:
+    """``state`` (a saved pipeline state) with stage ``stage``'s predictor(s) taking the instruction, fields and demos
+    of ``text``: a registered stage prompt (``eval.tracking.stage_prompts``: one predictor's ``predictor_text``, or a
+    JSON map ``{sub-path: predictor_text}`` for a stage with several). Returns a new state; ``state`` is unchanged.
+
+    Raises:
+        ConfigError: ``state`` has no predictor of ``stage``, or ``text`` is not a stage prompt that fits it.
+    """
+    from nemori_dspy.stages import PIPELINE_PATHS
+
+    path = PIPELINE_PATHS[stage]
+    mine = {k[len(path) + 1:]: k for k in state if k.startswith(path + ".")}
+    fix = "Fix: load a prompt that an eval or optimize of this pipeline registered (nemori-dspy-<stage>)."
+    if not mine:
+        raise ConfigError(f"stage prompt for {stage!r}: this pipeline does not run that stage. {fix}")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"stage prompt for {stage!r} is not a saved predictor text (JSON). {fix}") from None
+    parts = {next(iter(mine)): parsed} if len(mine) == 1 else \
+        {sub: json.loads(t) if isinstance(t, str) else t for sub, t in parsed.items()}
+    out = {k: dict(v) for k, v in state.items()}
+    for sub, part in parts.items():
+        if sub not in mine or not isinstance(part, dict) or "instructions" not in part:
+            raise ConfigError(f"stage prompt for {stage!r}: part {sub!r} does not fit predictors "
+                              f"{', '.join(sorted(mine))}. {fix}")
+        name = mine[sub]
+        signature = dict(out[name].get("signature") or {})
+        signature["instructions"] = part["instructions"]
+        if part.get("fields"):
+            signature["fields"] = part["fields"]
+        out[name]["signature"], out[name]["demos"] = signature, list(part.get("demos") or [])
+    return out
 
 
 def load_program(ref: str, tracking_uri: str | None = None) -> dict[str, Any]:

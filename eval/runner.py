@@ -36,7 +36,8 @@ from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import SYSTEMS, System
 
 __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
-           "run_locomo", "answer_and_score", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS",
+           "run_locomo", "answer_and_score", "answer_question", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS",
+           "judge_verdicts",
            "system_context", "context_tokens", "recall_scores", "summarise"]
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,8 @@ class RunObserver(Protocol):
 
     ``span(name, **tags)``: a context manager around one unit of work (one construction window of a
     conversation, one answered question of one system); ``answered(row)``: called once per new answer row,
-    right after it is checkpointed.
+    right after it is checkpointed, still inside the answer's ``span`` (so a tracker can attach the row's
+    verdicts to that answer's trace).
     """
 
     def span(self, name: str, **tags: Any) -> ContextManager[Any]: ...
@@ -239,18 +241,35 @@ def recall_scores(ranked: list[list[str]] | None, evidence: list[str]) -> dict[s
     return {f"recall_at_{k}": evidence_recall_at_k(ranked, evidence, k) for k in RECALL_KS}
 
 
-def _score(q: LoCoMoQuestion, answer: str, judge: LLMJudge | JudgePanel | None) -> dict[str, float]:
-    """Token F1, BLEU-1, LoCoMo F1 and one score per judge of the panel (``judge``, ``judge_strict``)."""
-    scores = {"f1": token_f1(answer, q.answer), "bleu1": bleu1(answer, q.answer),
-              "f1_locomo": f1_locomo(answer, q.answer, q.category)}
+def _score(q: LoCoMoQuestion, answer: str, judge: LLMJudge | JudgePanel | None) -> dict[str, Any]:
+    """Token F1, BLEU-1, LoCoMo F1 and one score per judge of the panel (``judge``, ``judge_strict``), with the
+    judges' reasons under ``verdicts`` (``judge_verdicts``)."""
+    scores: dict[str, Any] = {"f1": token_f1(answer, q.answer), "bleu1": bleu1(answer, q.answer),
+                              "f1_locomo": f1_locomo(answer, q.answer, q.category)}
     panel = as_panel(judge)
     if panel is not None:
-        scores.update(panel.score(dspy.Example(question=q.question, answer=q.answer), answer))
+        scores.update(judge_verdicts(panel, dspy.Example(question=q.question, answer=q.answer), answer))
     return scores
+
+
+def judge_verdicts(panel: JudgePanel, example: Any, answer: str) -> dict[str, Any]:
+    """Every judge of ``panel`` on ``answer``: ``{<judge>: 1.0 | 0.0, ..., "verdicts": {<judge>: Verdict as a dict}}``
+    (label, rationale, the strict judge's findings; what ``eval.tracking`` logs as assessments on the trace)."""
+    verdicts = panel.assess(example, answer)
+    return {**{name: v.score for name, v in verdicts.items()},
+            "verdicts": {name: v.model_dump(exclude_defaults=True) for name, v in verdicts.items()}}
 
 
 def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
                 rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> dict[str, Any]:
+    row, ranked = answer_question(system, memory, conv, q, rag)
+    return {**row, **recall_scores(ranked, q.evidence), **_score(q, row["answer"], judge)}
+
+
+def answer_question(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
+                    rag: RagIndex | None) -> tuple[dict[str, Any], list[list[str]] | None]:
+    """One question answered by ``system`` (its context, then P_ans), unscored: (the answer row without scores, the
+    ranked message ids of each retrieved item or None). An answer that fails is an empty answer (``answer_error``)."""
     t0 = time.perf_counter()
     with memory.usage.charging():
         context, ranked, search_ms = system_context(system, memory, conv, q.question, rag)
@@ -270,8 +289,7 @@ def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoC
             "context_tokens": context_tokens(context),
             "answer_input_tokens": usage.input_tokens, "answer_output_tokens": usage.output_tokens,
             "search_ms": round(search_ms, 1), "total_ms": round(total_ms, 1),
-            **({"answer_error": failure} if failure else {}),
-            **recall_scores(ranked, q.evidence), **_score(q, answer, judge)}
+            **({"answer_error": failure} if failure else {})}, ranked
 
 
 def answer_and_score(memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
@@ -364,8 +382,8 @@ def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoCon
                     with opts.observer.span(f"answer {q.sample_id}#{q.index} {system.name}", conversation=q.sample_id,
                                             question=q.index, system=system.name, category=q.category):
                         row = _answer_row(system, provider.memory(system), conv, q, rag, judge)
-                    ckpt.add(row)
-                    opts.observer.answered(row)
+                        ckpt.add(row)
+                        opts.observer.answered(row)
                     cost.save(construction, built)
     construction, built = cost.carry_over(construction, built)
     return summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,

@@ -5,9 +5,12 @@ server flags, and per stage the hash and prompt-registry version of the prompt t
 system as soon as the model is up. While the eval runs, every answer is logged as produced: a row of the
 ``answers.json`` table (``mlflow.log_table``; the first 20 rows one by one, then at most every 10 s) and step
 metrics (``progress.answers``, ``running.<system>.<metric>`` on the parent, ``running.<metric>`` on the child,
-step = answers of that system so far), and every LLM call is a trace span (``eval/tracing.py``). At the end:
-final metrics, artifacts (run folder, charts, ``prompts.json`` with the texts that ran), the program as an
-``mlflow.dspy`` model (``eval/model.py``), status FINISHED.
+step = answers of that system so far), and every LLM call is a trace span (``eval/tracing.py``); each answer's trace
+gets its gold answer and judge verdicts as assessments (``eval.genai.verdict_feedbacks``). The questions that run are
+the runs' input (``log_input``: an ``mlflow.data`` dataset). At the end: final metrics (``<system>.<metric>`` on the
+parent, ``<metric>`` without the prefix on each system's child), artifacts (run folder, charts, ``prompts.json``
+with the texts that ran), the program as an ``mlflow.dspy`` model (``eval/model.py``), the ``@latest-eval`` prompt
+aliases, status FINISHED.
 
 A run killed by Ctrl-C / SIGTERM ends KILLED, one that raised ends FAILED (also at interpreter exit, by an
 ``atexit`` hook). A ``kill -9`` leaves it RUNNING: the next tracker start in this experiment marks every
@@ -17,7 +20,8 @@ reopens the same runs (ids kept in ``<run folder>/mlflow_run.json``) and finishe
 Prompt lineage: ``stage_prompts(pipeline)`` is the text of each stage's predictor *as loaded* (instruction, field
 prefixes/descriptions, demos: ``predictor_text``); ``prompt.<stage>`` is its hash and ``prompt_version.<stage>`` the
 version of ``nemori-dspy-<stage>`` in the prompt registry holding exactly that text (a tuned program registers a
-new version; an unchanged one finds its version). ``optimize`` registers tuned text through the same functions.
+new version; an unchanged one finds its version). ``optimize`` registers tuned text through the same functions
+(alias ``@tuned``); ``load_stage_prompt`` reads one back by alias or version (``--program prompts:/<name>@<alias>``).
 
 Tracking URI: ``settings.mlflow_tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns.db``
 (the sqlite backend needs full ``mlflow``, not ``mlflow-skinny``).
@@ -42,7 +46,8 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.eval.summary import RunResult, RunSummary
 
 __all__ = ["tracking_uri", "artifact_location", "flatten", "predictor_text", "stage_prompts", "prompt_hash",
-           "register_prompt", "register_prompts", "mark_stale_runs", "process_tags", "EvalTracker", "RUN_FILE",
+           "register_prompt", "register_prompts", "set_prompt_aliases", "load_stage_prompt", "prompt_name",
+           "EVAL_ALIAS", "TUNED_ALIAS", "PROMPT_PREFIX", "mark_stale_runs", "process_tags", "EvalTracker", "RUN_FILE",
            "log_eval_run", "set_experiment"]
 
 log = logging.getLogger(__name__)
@@ -113,34 +118,100 @@ def prompt_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def register_prompt(stage: str, text: str, message: str, prefix: str = "nemori-dspy",
-                    tags: dict[str, str] | None = None) -> int:
+#: prompt-registry alias a finished eval moves to the stage prompts it ran; ``optimize`` sets ``TUNED_ALIAS``.
+EVAL_ALIAS = "latest-eval"
+#: prompt-registry alias ``optimize`` sets on the prompts it tuned (``optimizers.tracking``).
+TUNED_ALIAS = "tuned"
+#: prefix of the registered stage prompts: ``nemori-dspy-<stage>``.
+PROMPT_PREFIX = "nemori-dspy"
+
+
+def prompt_name(stage: str, prefix: str = PROMPT_PREFIX) -> str:
+    """The registry name of a stage's prompt: ``nemori-dspy-<stage>`` with ``_`` and ``+`` as ``-``."""
+    return f"{prefix}-{stage.replace('_', '-').replace('+', '-')}"
+
+
+def register_prompt(stage: str, text: str, message: str, prefix: str = PROMPT_PREFIX,
+                    tags: dict[str, str] | None = None, alias: str | None = None) -> int:
     """The version of ``<prefix>-<stage>`` holding exactly ``text`` (the newest such), registering ``text`` as a new
     version when none does: a tuned prompt gets a new version, a prompt that ran before keeps its version.
 
+    ``alias`` (e.g. :data:`TUNED_ALIAS`): also point that alias of the prompt at the version (``prompts:/<name>@<alias>``
+    then loads it). A new version is tagged with its ``hash`` and ``stage``.
     Returns the version number. Needs a backend with a prompt registry (sqlite/postgres/server);
     raises ``mlflow.exceptions.MlflowException`` otherwise.
     """
     import mlflow
 
-    name = f"{prefix}-{stage.replace('_', '-').replace('+', '-')}"
+    name = prompt_name(stage, prefix)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        latest = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
-        for version in range(int(latest.version) if latest is not None else 0, 0, -1):
-            cur = latest if version == int(latest.version) else \
-                mlflow.genai.load_prompt(f"prompts:/{name}/{version}", allow_missing=True)
-            if cur is not None and cur.template == text:
-                return version
-        cur = mlflow.genai.register_prompt(name=name, template=text, commit_message=message,
-                                           tags={"hash": prompt_hash(text), **(tags or {})})
-    return int(cur.version)
+        version = _version_holding(name, text)
+        if version is None:
+            version = int(mlflow.genai.register_prompt(
+                name=name, template=text, commit_message=message,
+                tags={"hash": prompt_hash(text), "stage": stage, **(tags or {})}).version)
+        if alias:
+            mlflow.genai.set_prompt_alias(name, alias, version)
+    return version
 
 
-def register_prompts(prompts: dict[str, str], prefix: str = "nemori-dspy") -> dict[str, int]:
-    """:func:`register_prompt` for every ``{stage: text}``; returns ``{stage: version}``."""
-    return {stage: register_prompt(stage, text, f"prompt hash {prompt_hash(text)}", prefix)
+def _version_holding(name: str, text: str) -> int | None:
+    """The newest version of prompt ``name`` whose template is ``text``; None when none is."""
+    import mlflow
+
+    latest = mlflow.genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
+    for version in range(int(latest.version) if latest is not None else 0, 0, -1):
+        cur = latest if version == int(latest.version) else \
+            mlflow.genai.load_prompt(f"prompts:/{name}/{version}", allow_missing=True)
+        if cur is not None and cur.template == text:
+            return version
+    return None
+
+
+def register_prompts(prompts: dict[str, str], prefix: str = PROMPT_PREFIX, alias: str | None = None) -> dict[str, int]:
+    """:func:`register_prompt` for every ``{stage: text}`` (each pointed to by ``alias`` if given);
+    returns ``{stage: version}``."""
+    return {stage: register_prompt(stage, text, f"prompt hash {prompt_hash(text)}", prefix, alias=alias)
             for stage, text in prompts.items()}
+
+
+def set_prompt_aliases(versions: dict[str, int], alias: str, prefix: str = PROMPT_PREFIX) -> None:
+    """Point ``alias`` of each stage's prompt at its version (``{stage: version}``, from :func:`register_prompts`)."""
+    import mlflow
+
+    for stage, version in versions.items():
+        mlflow.genai.set_prompt_alias(prompt_name(stage, prefix), alias, int(version))
+
+
+def load_stage_prompt(uri: str, prefix: str = PROMPT_PREFIX) -> tuple[str, str, int]:
+    """``prompts:/<name>@<alias>`` or ``prompts:/<name>/<version>`` → (stage, text, version) from the prompt registry
+    of MLflow's current tracking URI. The stage is the prompt's ``stage`` tag, else the stage whose
+    :func:`prompt_name` is ``<name>``.
+
+    Raises:
+        ConfigError: no such prompt, alias or version, or the name is no stage's.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.stages import PIPELINE_PATHS
+
+    fix = (f"Fix: name a registered stage prompt, e.g. prompts:/{prompt_name('answer', prefix)}@{EVAL_ALIAS} "
+           f"(aliases: {EVAL_ALIAS} after an eval, {TUNED_ALIAS} after optimize) or prompts:/<name>/<version>; "
+           "pass --mlflow-tracking-uri if it lives in another store.")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prompt = mlflow.genai.load_prompt(uri)
+    except MlflowException as exc:
+        raise ConfigError(f"--program {uri}: cannot load the prompt ({str(exc).splitlines()[0][:200]}). {fix}") from None
+    stage = (prompt.tags or {}).get("stage") or next(
+        (s for s in PIPELINE_PATHS if prompt_name(s, prefix) == prompt.name), None)
+    if stage not in PIPELINE_PATHS:
+        raise ConfigError(f"--program {uri}: prompt {prompt.name!r} is no pipeline stage's. {fix}")
+    return stage, prompt.template, int(prompt.version)
 
 
 # ------------------------------------------------------------------------------------------------ live runs
@@ -205,6 +276,10 @@ class EvalTracker:
         self._answers = 0
         self._closed = False
         self._spans: Any = None
+        #: judge name → judge model, the source of the verdict assessments (default: the judge's name)
+        self.judge_models: dict[str, str] = {}
+        self._prompts: dict[str, str] = {}
+        self._versions: dict[str, int] = {}  # {stage: prompt-registry version} of the prompts that run
 
     # ------------------------------------------------------------------ start
     def start(self, params: dict[str, Any], prompts: dict[str, str] | None = None) -> str:
@@ -292,7 +367,8 @@ class EvalTracker:
         out = {f"prompt.{k}": signature_hash(sig) for k, sig in SIGNATURES.items() if k not in prompts}
         out.update({f"prompt.{stage}": prompt_hash(text) for stage, text in prompts.items()})
         try:
-            out.update({f"prompt_version.{k}": str(v) for k, v in register_prompts(prompts).items()})
+            self._versions = register_prompts(prompts)
+            out.update({f"prompt_version.{k}": str(v) for k, v in self._versions.items()})
         except MlflowException as exc:  # e.g. a file-store backend without a prompt registry
             log.warning("prompt registry unavailable (%s); prompts are still logged as prompts.json", exc)
         self._prompts = prompts
@@ -331,9 +407,11 @@ class EvalTracker:
         return trace_group(name, self.parent, **tags)
 
     def answered(self, row: dict[str, Any]) -> None:
-        """Log one answer: step metrics now, the table row now or soon (see the module docstring)."""
+        """Log one answer: its verdicts on its trace (when traced), step metrics now, the table row now or soon (see
+        the module docstring)."""
         from mlflow.entities import Metric
 
+        self._assess(row)
         now_ms = int(time.time() * 1000)
         with self._lock:
             self._answers += 1
@@ -350,6 +428,41 @@ class EvalTracker:
                 Metric(f"running.{m}", v, now_ms, step) for m, v in means.items()])
         if flush:
             self.flush_rows()
+
+    def _assess(self, row: dict[str, Any]) -> None:
+        """The row's judge verdicts (``eval.genai.verdict_feedbacks``) and gold answer as assessments on the trace of
+        the answer (the active one: ``answered`` is called inside the answer's span); nothing when not traced."""
+        if self._spans is None:
+            return
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        from nemori_dspy.eval.genai import gold_expectation, verdict_feedbacks
+
+        trace_id = mlflow.get_active_trace_id()
+        if trace_id is None:
+            return
+        try:
+            for assessment in [gold_expectation(row.get("gold", "")), *verdict_feedbacks(row.get("verdicts") or {},
+                                                                                          self.judge_models)]:
+                mlflow.log_assessment(trace_id=trace_id, assessment=assessment)
+        except MlflowException as exc:  # an assessment must not cost the eval its answer
+            log.warning("assessments not logged on trace %s: %s", trace_id, exc)
+
+    def log_input(self, dataset: Any, context: str = "eval") -> None:
+        """Log ``dataset`` (an ``mlflow.data`` dataset, e.g. ``eval.genai.slice_input``: the questions that run) as
+        an input of the parent and of every child run, with ``context`` as its ``mlflow.data.context`` tag."""
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+        for run_id in [self.parent, *self.children.values()]:
+            self.client.log_inputs(run_id, datasets=[entity])
+
+    @property
+    def experiment_id(self) -> str:
+        """The experiment of this eval's runs (after ``start``)."""
+        return self.client.get_run(self.parent).info.experiment_id
 
     def _add_sums(self, row: dict[str, Any]) -> int:
         from nemori_dspy.eval.runner import METRICS
@@ -410,13 +523,14 @@ class EvalTracker:
             _charts(summary, self.out_dir)
         self.client.log_batch(self.parent, metrics=_metrics(summary))
         self._log_params(self.parent, _judge_params(summary))
-        if getattr(self, "_prompts", None):
+        if self._prompts:
             self.client.log_dict(self.parent, {k: json.loads(v) for k, v in self._prompts.items()}, "prompts.json")
+        self._move_eval_alias()
         self.client.log_artifacts(self.parent, str(self.out_dir))
-        for system, scores in summary.scores.items():
+        for system, scores in summary.scores.items():  # unprefixed: the child run is the system
             if system in self.children:
                 self.client.log_batch(self.children[system], metrics=_as_metrics(
-                    {f"{system}.{k}": float(v) for k, v in scores.items()}))
+                    {k: float(v) for k, v in scores.items()}))
         if program is not None:
             from nemori_dspy.eval.model import log_program_model
 
@@ -427,6 +541,15 @@ class EvalTracker:
                 log.warning("the program could not be logged as an MLflow model (%s); it is in program.json", exc)
         self.end("FINISHED")
         return self.parent
+
+    def _move_eval_alias(self) -> None:
+        """Point ``@latest-eval`` of every stage prompt at the version this (finished) eval ran."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            set_prompt_aliases(self._versions, EVAL_ALIAS)
+        except MlflowException as exc:  # the record must not be lost over an alias
+            log.warning("prompt alias @%s not set (%s)", EVAL_ALIAS, exc)
 
     def end(self, status: str) -> None:
         """End the child runs and the parent with ``status`` (FINISHED, FAILED, KILLED); idempotent."""

@@ -74,7 +74,7 @@ NOT_IN_PAPER: frozenset[str] = frozenset({
     "gguf", "models_dir", "local_model_size", "local_memory_model", "n_ctx", "n_threads", "flash_attn", "server_port", "embedder",
     "embedder_path", "embedder_backend", "cache_dir", "store", "db_path", "weaviate_url", "locomo_path",
     "naive_timezone", "summary_max_chars", "max_message_chars", "max_prompt_chars", "api_token",
-    "mlflow_tracking_uri", "mlflow_experiment", "mlflow_tracing",
+    "mlflow_tracking_uri", "mlflow_experiment", "mlflow_tracing", "serve_tracing",
 })
 
 #: Default cosine floor before P_con (``consolidation_min_similarity``, §3.3.3 guard): the highest floor at which every
@@ -307,6 +307,9 @@ class NemoriSettings(BaseSettings):
     mlflow_experiment: str = Field(default="nemori-dspy", description="MLflow experiment of eval runs; optimize logs to <name>-optimize")
     mlflow_tracing: bool = Field(default=True, description="evals trace every LLM call (stage, inputs, outputs, tokens, "
                                  "latency) into their MLflow run; false turns tracing off")
+    serve_tracing: bool = Field(default=False, description="serve http / mcp trace each request's and background pass's "
+                                "LLM calls into MLflow (experiment '<mlflow_experiment>-serve'; the traces hold the "
+                                "users' messages); off by default")
 
     @field_validator("episode_split_gap_hours", "association_max_gap_hours", "association_min_similarity",
                      "consolidation_min_similarity",

@@ -1,7 +1,8 @@
 """MLflow record of one optimization: a run opened when it starts (DSPy autolog logs the compile and the
 trial evaluations into it), params (stage, optimizer, budget, models, train/dev ids, slice, dataset
 checksum), metrics (dev before/after overall and per category, cost of optimizing per model), the compiled
-program as an artifact, and the tuned instructions registered as new versions of ``nemori-dspy-<stage>``.
+program as an artifact, and the tuned instructions registered as new versions of ``nemori-dspy-<stage>`` with the
+alias ``@tuned`` pointing at them.
 Experiment: ``<settings.mlflow_experiment>-optimize``.
 """
 
@@ -14,19 +15,20 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nemori_dspy.config import NemoriSettings
-from nemori_dspy.eval.tracking import (set_experiment, flatten, mark_stale_runs, predictor_text, process_tags,
-                                      register_prompt, tracking_uri)
+from nemori_dspy.eval.tracking import (PROMPT_PREFIX, TUNED_ALIAS, set_experiment, flatten, mark_stale_runs,
+                                      predictor_text, process_tags, register_prompt, tracking_uri)
 
 __all__ = ["optimize_run", "log_results", "register_stage_prompt", "predictor_text"]
 
 log = logging.getLogger(__name__)
 
 
-def register_stage_prompt(stage: str, text: str, message: str, prefix: str = "nemori-dspy") -> int:
-    """Register ``text`` as a new version of ``<prefix>-<stage>`` unless the latest version is identical
+def register_stage_prompt(stage: str, text: str, message: str, prefix: str = PROMPT_PREFIX) -> int:
+    """Register ``text`` as a new version of ``<prefix>-<stage>`` unless a version already holds it
     (``eval.tracking.register_prompt``: the same names and texts an eval registers, so an eval of the tuned
-    program finds this version). Returns the version number that holds ``text``."""
-    return register_prompt(stage, text, message, prefix, tags={"source": "nemori-dspy optimize"})
+    program finds this version) and point the prompt's ``@tuned`` alias at it, so ``eval --program
+    prompts:/<prefix>-<stage>@tuned`` runs it. Returns the version number that holds ``text``."""
+    return register_prompt(stage, text, message, prefix, tags={"source": "nemori-dspy optimize"}, alias=TUNED_ALIAS)
 
 
 @contextmanager

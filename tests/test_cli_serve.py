@@ -210,3 +210,18 @@ def test_every_read_command_takes_json():
     reads = {"search", "answer", "list", "status", "history", "flush", "add", "update"}
     have = {c.name for c in MEMORY_COMMANDS if any(p.name == "as_json" for p in c.params)}
     assert reads <= have and {c.name for c in MEMORY_COMMANDS} - have == {"delete", "forget", "export", "import"}
+
+
+@pytest.mark.parametrize("flag, traced", [(None, False), ("--trace", True)])
+def test_serve_http_traces_only_with_trace(env, capsys, monkeypatch, mlflow_db, flag, traced):
+    """``serve http`` hands its background processor a tracer only with ``--trace`` (setting ``serve_tracing``);
+    uvicorn is not started."""
+    import uvicorn
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(tracer=app.state.served.processor.tracer))
+    monkeypatch.setenv("NEMORI_MLFLOW_TRACKING_URI", mlflow_db)
+    code, _, _ = run(capsys, "serve", "http", *([flag] if flag else []))
+    assert code == 0 and (seen["tracer"] is not None) is traced
+    if traced:
+        assert seen["tracer"].experiment == "nemori-dspy-serve" and seen["tracer"].uri == mlflow_db

@@ -9,7 +9,7 @@ the embedders) are imported inside the functions: ``--help`` and argument errors
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,23 +91,46 @@ def run_dir(out: str | None, kind: str = "locomo", resume: bool = False) -> Path
     return Path(f"runs/{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def load_program_ref(ref: str | None, settings: "NemoriSettings") -> dict[str, Any] | None:
-    """The saved pipeline state ``--program`` names: a ``program.json`` path, ``runs:/<run_id>/program`` or
-    ``models:/<name>/<version>``, a model URI resolved in the settings' MLflow store; None without a ref.
+def load_program_ref(ref: str | Sequence[str] | None, settings: "NemoriSettings") -> dict[str, Any] | None:
+    """The saved pipeline state ``--program`` names; None without a ref.
+
+    ``ref``: one reference or several. A program: a ``program.json`` path, ``runs:/<run_id>/program`` or
+    ``models:/<name>/<version>`` (at most one; a model URI resolves in the settings' MLflow store). A stage prompt
+    from the registry: ``prompts:/<name>@<alias>`` or ``prompts:/<name>/<version>`` (e.g.
+    ``prompts:/nemori-dspy-answer@tuned``), laid over that program, or over the code's default prompts when no
+    program is named (``eval.model.overlay_stage_prompt``).
 
     Raises:
-        ConfigError: the file or model cannot be read.
+        ConfigError: a file, model or prompt cannot be read, or two programs are named.
     """
-    if not ref:
+    refs = [ref] if isinstance(ref, str) else [r for r in (ref or ()) if r]
+    if not refs:
         return None
-    from nemori_dspy.eval.model import is_model_uri, load_program
+    from nemori_dspy.errors import ConfigError
+    from nemori_dspy.eval.model import ProgramModel, is_model_uri, is_prompt_uri, load_program, overlay_stage_prompt, \
+        program_state
 
+    programs, prompts = [r for r in refs if not is_prompt_uri(r)], [r for r in refs if is_prompt_uri(r)]
+    if len(programs) > 1:
+        raise ConfigError(f"--program names {len(programs)} programs ({', '.join(programs)}). Fix: name one "
+                          "program.json / runs:/ / models:/ reference; add stage prompts with prompts:/<name>@<alias>.")
     uri = None
-    if is_model_uri(ref):
+    if any(is_model_uri(r) or is_prompt_uri(r) for r in refs):
         from nemori_dspy.eval.tracking import tracking_uri
 
         uri = tracking_uri(settings)
-    return load_program(ref, uri)
+    state = load_program(programs[0], uri) if programs else None
+    if prompts:
+        import mlflow
+
+        from nemori_dspy.eval.tracking import load_stage_prompt
+
+        mlflow.set_tracking_uri(uri)
+        state = state if state is not None else program_state(ProgramModel(settings))
+        for p in prompts:
+            stage, text, _ = load_stage_prompt(p)
+            state = overlay_stage_prompt(state, stage, text)
+    return state
 
 
 def build_memory(settings: "NemoriSettings", store: Any, embedder: Any, stage_lms: dict | None = None,
@@ -188,7 +211,7 @@ class RunContext:
 
         return runtime.build_runtime(settings or self.settings)
 
-    def program(self, ref: str | None) -> dict[str, Any] | None:
+    def program(self, ref: str | Sequence[str] | None) -> dict[str, Any] | None:
         """``load_program_ref(ref, self.settings)``: a model URI resolves in this run's MLflow store."""
         return load_program_ref(ref, self.settings)
 

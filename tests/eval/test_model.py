@@ -48,3 +48,24 @@ def test_program_file_and_bad_references(tmp_path, tuned, mlflow_db):
         load_program("runs:/0123456789abcdef0123456789abcdef/program", f"sqlite:///{tmp_path}/mlflow.db")
     with pytest.raises(ConfigError, match="lacks predictor"):
         ProgramModel(settings, {"response.answer.predict": state["response.answer.predict"]})
+
+
+def test_a_stage_prompt_overlays_only_its_stage():
+    from nemori_dspy.eval.model import overlay_stage_prompt
+    from nemori_dspy.eval.tracking import stage_prompts
+
+    settings = NemoriSettings()
+    base = program_state(ProgramModel(settings))
+    tuned = program_state(ProgramModel(settings))
+    tuned["episodic.narrate.predict"]["signature"]["instructions"] = "Narrate briefly."
+    tuned["episodic.narrate.predict"]["demos"] = [{"messages": "m", "cue": "c", "narrative": "n"}]
+    text = stage_prompts(ProgramModel(settings, tuned))["narrate"]
+    out = overlay_stage_prompt(base, "narrate", text)
+    assert out["episodic.narrate.predict"] == tuned["episodic.narrate.predict"]
+    assert {k: v for k, v in out.items() if k != "episodic.narrate.predict"} == \
+        {k: v for k, v in base.items() if k != "episodic.narrate.predict"}
+    assert base == program_state(ProgramModel(settings))  # the input state is unchanged
+    with pytest.raises(ConfigError, match="not a saved predictor text"):
+        overlay_stage_prompt(base, "narrate", "Narrate briefly.")
+    with pytest.raises(ConfigError, match="does not run that stage"):
+        overlay_stage_prompt(base, "summarize", text)

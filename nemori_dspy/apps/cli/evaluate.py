@@ -79,16 +79,26 @@ def named_slice_ids(slice_name: str, conversations: str | None, sessions: str | 
                                                "all sessions)")
 @click.option("--slice", "slice_name", default=None, help=SLICE_HELP + "; replaces --conversations and --sessions")
 @click.option("--system", default="nemori,no-memory", help=_SYSTEM_HELP)
+@click.option("--genai", is_flag=True,
+              help="answer and score through mlflow.genai.evaluate: per system one evaluation in its child run over "
+                   "a logged evaluation dataset of the questions, with the judges, F1, BLEU-1 and evidence recall@k "
+                   "as scorers (memory is built as usual; not with --resume or --no-mlflow)")
 @_eval_options("locomo", "SQLite store file to build into (default: a store under ~/.cache/nemori-dspy/memory/ "
                          "keyed by everything that shapes memory, reused by later runs)",
                "conversations whose memory is built at once")
 def eval_locomo(**flags: Any) -> int:
     """``eval locomo``: memory per conversation, answers per system, judge panel, MLflow record, summary."""
+    from nemori_dspy.eval.genai import question_records, slice_input
     from nemori_dspy.eval.judge_audit import locomo_audit_pairs
-    from nemori_dspy.eval.locomo import dataset_sha256, load_locomo, parse_sessions, slice_sessions
+    from nemori_dspy.eval.locomo import SCORED_CATEGORIES, dataset_sha256, load_locomo, parse_sessions, slice_sessions
     from nemori_dspy.eval.runner import EvalOptions, run_locomo
     from nemori_dspy.eval.systems import parse_systems
 
+    if flags["genai"] and (flags["resume"] or flags["no_mlflow"]):
+        from nemori_dspy.errors import ConfigError
+
+        raise ConfigError("--genai runs every question in one MLflow evaluation per system: it needs MLflow and "
+                          "cannot resume. Fix: drop --resume / --no-mlflow, or drop --genai.")
     ctx = RunContext.from_flags(flags, EVAL_SETTINGS)
     settings = ctx.settings
     logging.getLogger(__name__).info("resolved config (secrets removed): %s", settings.public_dict())
@@ -109,18 +119,30 @@ def eval_locomo(**flags: Any) -> int:
         return {"dataset.path": str(data), "dataset.sha256": data_sha,
                 "dataset.conversations": ",".join(c.sample_id for c in conversations),
                 "max_questions": flags["max_questions"], "model_label": rt.model_label, "embedder": embedder_name,
-                "sessions": sessions.label() if sessions else "all", "program": flags["program"],
+                "sessions": sessions.label() if sessions else "all",
+                "program": ",".join(flags["program"]) or None,
                 "server": _flags(rt.server), "judge_server": _flags(rt.judge_server)}
+
+    records = question_records(conversations, SCORED_CATEGORIES, flags["max_questions"])
+    name = _slice_name("locomo", flags["slice_name"] or ",".join(c.sample_id for c in conversations),
+                       sessions and f"sessions {sessions.label()}",
+                       flags["max_questions"] and f"max {flags['max_questions']}/conversation")
 
     def prepare(rt: Any, provider: Any, observer: dict[str, Any]) -> Callable[[], RunResult]:
         opts = EvalOptions(systems=systems, max_questions=flags["max_questions"], resume=flags["resume"],
                            concurrency=flags["concurrency"], **observer)
         judge = None if flags["no_judge"] else locomo_judges(settings, rt, locomo_audit_pairs(
             conversations, opts.categories, opts.max_questions, settings.judge_audit))
+        tracker = _note_judges(observer, judge)
+        if flags["genai"]:
+            from nemori_dspy.eval.genai import evaluate_locomo
+
+            return lambda: evaluate_locomo(provider, conversations, opts, judge, out, tracker.children,
+                                           "nemori-dspy-locomo", tracker.experiment_id)
         return lambda: run_locomo(provider, conversations, opts, judge, out)
 
     return _run_benchmark(ctx, flags, systems, out, (data_sha, program, sessions.label() if sessions else None),
-                          params, prepare)
+                          params, prepare, lambda: slice_input(records, name, data))
 
 
 @eval_group.command("longmemeval", help="LongMemEval QA: build one memory per question, answer, judge per "
@@ -162,17 +184,28 @@ def eval_longmemeval(**flags: Any) -> int:
         return {"benchmark": "longmemeval", "dataset.path": str(data), "dataset.sha256": data_sha,
                 "dataset.questions": len(questions), "question_types": flags["question_types"] or "all",
                 "max_questions": max_questions, "model_label": rt.model_label, "embedder": embedder_name,
-                "program": flags["program"], "server": _flags(rt.server)}
+                "program": ",".join(flags["program"]) or None, "server": _flags(rt.server)}
 
     def prepare(rt: Any, provider: Any, observer: dict[str, Any]) -> Callable[[], RunResult]:
         judge = None if flags["no_judge"] else JudgePanel(
             {"judge": LongMemEvalJudge(rt.judge_lm, parse_retries=settings.parse_retries,
                                        model_label=rt.judge_label)},
             longmemeval_audit_pairs(questions, settings.judge_audit))
+        _note_judges(observer, judge)
         opts = EvalOptions(systems=systems, resume=flags["resume"], concurrency=flags["concurrency"], **observer)
         return lambda: run_longmemeval(provider, questions, opts, judge, out)
 
-    return _run_benchmark(ctx, flags, systems, out, (data_sha, program, None), params, prepare)
+    def dataset_input() -> Any:
+        import pandas as pd
+
+        from nemori_dspy.eval.genai import frame_input
+
+        df = pd.DataFrame([{"question_id": q.question_id, "question_type": q.question_type, "question": q.question,
+                            "answer": str(q.answer)} for q in questions])
+        return frame_input(df, _slice_name("longmemeval", flags["questions"] or "all", flags["question_types"],
+                                           max_questions and f"max {max_questions}"), data)
+
+    return _run_benchmark(ctx, flags, systems, out, (data_sha, program, None), params, prepare, dataset_input)
 
 
 @click.command("report", help="print the side-by-side table of a finished run from MLflow")
@@ -199,10 +232,24 @@ def report(run_id: str | None, compare: str | None, tracking_uri: str | None, ex
     return 0
 
 
+def _slice_name(benchmark: str, *parts: str | None) -> str:
+    """The name of the run input, e.g. ``locomo conv-26; sessions 1-3; max 3/conversation``."""
+    return f"{benchmark} " + "; ".join(p for p in parts if p)
+
+
+def _note_judges(observer: dict[str, Any], judge: Any) -> Any:
+    """Tell the tracker (if any) each judge's model: the source of its verdict assessments. Returns the tracker."""
+    tracker = observer.get("observer")
+    if tracker is not None and judge is not None:
+        tracker.judge_models = {name: str(j.model) for name, j in judge.judges.items()}
+    return tracker
+
+
 def _run_benchmark(ctx: RunContext, flags: dict[str, Any], systems: list[Any], out: Path,
                    memory_key: tuple[str, Any, str | None],
                    params: Callable[[Any, str], dict[str, Any]],
-                   prepare: Callable[[Any, Any, dict[str, Any]], Callable[[], RunResult]]) -> int:
+                   prepare: Callable[[Any, Any, dict[str, Any]], Callable[[], RunResult]],
+                   dataset: Callable[[], Any] | None = None) -> int:
     """The run both benchmarks share: the MLflow parent run, the runtime, the memory provider, the run's params,
     the benchmark itself under tracing, ``program.json``, then the summary printed and logged.
 
@@ -211,6 +258,7 @@ def _run_benchmark(ctx: RunContext, flags: dict[str, Any], systems: list[Any], o
         params: (runtime, embedder name) → the MLflow params of the run.
         prepare: (runtime, provider, observer kwargs for ``EvalOptions``) → the call that runs the benchmark
             and returns its ``RunResult`` (judges and options are built before tracing starts).
+        dataset: → the ``mlflow.data`` dataset of the questions that run, logged as the runs' input.
     Returns:
         0 (the command's exit status).
     """
@@ -224,6 +272,8 @@ def _run_benchmark(ctx: RunContext, flags: dict[str, Any], systems: list[Any], o
             provider, embedder_name = ctx.memory_provider(rt, data_sha, program, slice_label, flags["db"])
             pipeline = provider.memory(systems[0]).pipeline
             _start_tracker(tracker, settings, pipeline, params(rt, embedder_name))
+            if tracker is not None and dataset is not None:
+                tracker.log_input(dataset())
             run = prepare(rt, provider, _observer(tracker))
             with tracker.tracing() if tracker else contextlib.nullcontext():
                 summary = run()

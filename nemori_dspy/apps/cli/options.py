@@ -149,9 +149,12 @@ def db_option(help: str, dest: str = "db") -> Decorator:
 def program_and_tracking_options() -> Decorator:
     """Flags every eval shares: the program to run, model registration, judge and MLflow off switches."""
     return compose(
-        click.option("--program", default=None,
+        click.option("--program", multiple=True,
                      help="a saved pipeline state to run (e.g. optimized prompts/demos): a program.json, "
-                          "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model)"),
+                          "runs:/<run_id>/program or models:/<name>/<version> (an eval's logged model); or a stage "
+                          "prompt from the MLflow prompt registry, prompts:/<name>@<alias> (e.g. "
+                          "prompts:/nemori-dspy-answer@tuned), laid over the program or the default prompts; "
+                          "repeat to combine one program with stage prompts"),
         click.option("--register-model", default=None,
                      help="also register the program that ran as an MLflow model under this name"),
         click.option("--no-judge", is_flag=True, help="skip the LLM judge"),

@@ -15,7 +15,7 @@ import click
 from nemori_dspy.apps.cli.options import MEMORY_SETTINGS, compose, configure_logging, db_option, setting_options, verbose_option
 from nemori_dspy.apps.context import RunContext
 
-__all__ = ["serve", "memory_options", "open_memory", "server_token"]
+__all__ = ["serve", "memory_options", "open_memory", "server_token", "trace_option", "SERVE_SETTINGS"]
 
 
 def memory_options() -> Any:
@@ -44,6 +44,18 @@ def open_memory(flags: dict[str, Any], stack: ExitStack, llm: bool) -> Any:
     return memory
 
 
+#: ``serve http`` / ``mcp``'s settings flags: the memory commands' and ``--trace`` (``serve_tracing``).
+SERVE_SETTINGS = (*MEMORY_SETTINGS, "serve_tracing")
+
+
+def trace_option() -> Any:
+    """``--trace/--no-trace``: override the setting ``serve_tracing`` (MLflow traces of requests, off by default)."""
+    return click.option("--trace/--no-trace", "serve_tracing", default=None,
+                        help="trace each request's LLM calls into MLflow (experiment <mlflow_experiment>-serve; "
+                             "traces hold users' messages) (default: setting serve_tracing, off; env "
+                             "NEMORI_SERVE_TRACING)")
+
+
 def server_token(settings: Any) -> str | None:
     """The server's bearer token (``NEMORI_API_TOKEN``), or None when the API is open (loopback only)."""
     return settings.api_token.get_secret_value() if settings.api_token else None
@@ -56,6 +68,7 @@ def serve() -> None:
 
 @serve.command("http", help="REST API with OpenAPI docs at /docs (FastAPI + uvicorn)")
 @memory_options()
+@trace_option()
 @click.option("--host", default="127.0.0.1", help="bind address (non-loopback needs NEMORI_API_TOKEN)")
 @click.option("--port", type=int, default=8765)
 @click.option("--threads", type=int, default=2, help="users processed at once in the background (0 = store only)")
@@ -67,16 +80,20 @@ def serve_http(**flags: Any) -> int:
     import uvicorn
 
     from nemori_dspy.apps.serving.http import Limits, check_bind, create_app
+    from nemori_dspy.apps.serving.tracing import serve_tracer
     from nemori_dspy.apps.serving.worker import BackgroundProcessor
 
-    token = server_token(RunContext.from_flags(flags, MEMORY_SETTINGS).settings)
+    settings = RunContext.from_flags(flags, SERVE_SETTINGS).settings
+    token = server_token(settings)
     host, port = flags["host"], flags["port"]
     check_bind(host, token)  # before any model starts
     limits = Limits(**{k: flags[k] for k in ("max_body_bytes", "max_messages", "max_message_chars")
                        if flags[k] is not None})
     with ExitStack() as stack:
         memory = open_memory(flags, stack, llm=True)
-        app = create_app(memory, BackgroundProcessor(memory, threads=flags["threads"]), token=token, limits=limits)
+        tracer = stack.enter_context(serve_tracer(settings))
+        app = create_app(memory, BackgroundProcessor(memory, threads=flags["threads"], tracer=tracer), token=token,
+                         limits=limits)
         auth = "bearer token required" if token else "NO AUTH (loopback only)"
         print(f"nemori-dspy HTTP API on http://{host}:{port} (docs /docs; {auth})", file=sys.stderr, flush=True)
         uvicorn.run(app, host=host, port=port, log_level="info" if flags["verbose"] else "warning")
@@ -85,6 +102,7 @@ def serve_http(**flags: Any) -> int:
 
 @serve.command("mcp", help="MCP server (stdio; --http for streamable HTTP)")
 @memory_options()
+@trace_option()
 @click.option("--user", default=None, help="act for this user only (tools then take no user_id)")
 @click.option("--http", is_flag=True, help="streamable HTTP at http://HOST:PORT/mcp instead of stdio")
 @click.option("--host", default="127.0.0.1")
@@ -96,20 +114,24 @@ def serve_mcp(**flags: Any) -> int:
     which resumes stored work on start and stops after the current window on exit."""
     from nemori_dspy.apps.serving.http import check_bind
     from nemori_dspy.apps.serving.mcp import build_mcp_server
+    from nemori_dspy.apps.serving.tracing import serve_tracer
     from nemori_dspy.apps.serving.worker import BackgroundProcessor
 
-    token = server_token(RunContext.from_flags(flags, MEMORY_SETTINGS).settings)
+    settings = RunContext.from_flags(flags, SERVE_SETTINGS).settings
+    token = server_token(settings)
     host, port = flags["host"], flags["port"]
     if flags["http"]:
         check_bind(host, token)
     with ExitStack() as stack:
         memory = open_memory(flags, stack, llm=True)
-        processor = BackgroundProcessor(memory, threads=flags["threads"])
+        tracer = stack.enter_context(serve_tracer(settings))
+        processor = BackgroundProcessor(memory, threads=flags["threads"], tracer=tracer)
         stack.callback(processor.stop)
         processor.start(resume=True)
         server = build_mcp_server(memory, user=flags["user"], processor=processor,
                                   token=token if flags["http"] else None,
-                                  issuer_url=f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+                                  issuer_url=f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}",
+                                  tracer=tracer)
         if not flags["http"]:
             server.run("stdio")
             return 0

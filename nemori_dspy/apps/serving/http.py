@@ -345,7 +345,7 @@ def search(body: SearchIn, user_id: UserId, memory: MemoryDep, processor: Proces
            limits: LimitsDep) -> dict[str, Any]:
     """Top-k episodes and semantic entries by similarity (an unknown user gets empty lists)."""
     _check_query("query", body.query, limits)
-    with processor.dspy_context():
+    with processor.dspy_context(), processor.traced("search", operation="search", user_id=user_id):
         res = memory.search(user_id, body.query, body.top_k, body.semantic_top_k, body.metadata)
     return search_payload(res, chars=limits.max_message_chars)
 
@@ -355,7 +355,7 @@ def answer(body: AnswerIn, user_id: UserId, memory: MemoryDep, processor: Proces
            limits: LimitsDep) -> dict[str, Any]:
     """Answer a question from the user's memory (one LLM call)."""
     _check_query("question", body.question, limits)
-    with processor.dspy_context():
+    with processor.dspy_context(), processor.traced("answer", operation="answer", user_id=user_id):
         res = memory.answer(user_id, body.question)
     return {"answer": res.answer, "context": res.context, "retrieved": search_payload(res.retrieved),
             "usage": res.usage.model_dump()}

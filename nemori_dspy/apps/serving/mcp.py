@@ -38,6 +38,7 @@ from ...memory import Memory, validate_user_id
 from ...tools import MemoryMessage, MemoryOps
 from ...types import MetadataValue
 from .auth import is_user_token, token_opens
+from .tracing import traced_ops
 from .worker import BackgroundProcessor
 
 __all__ = ["build_mcp_server", "NemoriTokenVerifier", "TOOL_ANNOTATIONS", "SCOPE_ALL_USERS", "SCOPE_ONE_USER"]
@@ -127,8 +128,9 @@ async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
 
 def build_mcp_server(memory: Memory, user: str | None = None, flush_on_remember: bool = True,
                      processor: BackgroundProcessor | None = None, token: str | None = None,
-                     issuer_url: str = "http://127.0.0.1") -> MCPServer:
-    """The MCP server: seven memory tools, ``user_id`` per call or fixed to ``user``.
+                     issuer_url: str = "http://127.0.0.1", tracer: Any = None) -> MCPServer:
+    """The MCP server: seven memory tools, ``user_id`` per call or fixed to ``user``; with ``tracer``
+    (``serving.tracing.ServeTracer``) every tool call is one MLflow trace.
 
     Args:
         memory: the memory served.
@@ -142,12 +144,13 @@ def build_mcp_server(memory: Memory, user: str | None = None, flush_on_remember:
             (``NemoriTokenVerifier``) and the tools check the user a per-user token opens. None: no auth (stdio,
             or HTTP on a loopback host: ``http.check_bind``).
         issuer_url: this server's own base URL (the SDK's ``AuthSettings`` needs one; no OAuth routes are served).
+        tracer: a ``serving.tracing.ServeTracer`` (``serve_tracing``), or None: no traces.
     Raises:
         InvalidInputError: ``user`` is a malformed user id.
     """
     fixed = validate_user_id(user) if user is not None else None
     processor = processor if processor is not None else BackgroundProcessor(memory, threads=1)
-    ops = MemoryOps(memory, flush_on_remember=flush_on_remember, processor=processor)
+    ops = traced_ops(MemoryOps(memory, flush_on_remember=flush_on_remember, processor=processor), tracer)
     auth = {}
     if token:
         auth = {"token_verifier": NemoriTokenVerifier(token, fixed),

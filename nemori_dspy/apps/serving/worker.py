@@ -64,13 +64,17 @@ class BackgroundProcessor:
             process (e.g. an ingest-only node; another process or ``flush`` does the work).
         lm / adapter: DSPy LM and adapter for worker threads; None = the globally configured ones
             (``dspy.configure`` at the entry point).
+        tracer: traces each processing pass and each request that asks (``traced``) into MLflow
+            (``serving.tracing.ServeTracer``, setting ``serve_tracing``); None = no traces.
     """
 
-    def __init__(self, memory: Memory, threads: int = 2, lm: Any = None, adapter: Any = None) -> None:
+    def __init__(self, memory: Memory, threads: int = 2, lm: Any = None, adapter: Any = None,
+                 tracer: Any = None) -> None:
         if threads < 0:
             raise ValueError("threads must be >= 0")
         self.memory = memory
         self.threads = threads
+        self.tracer = tracer
         self._ctx = {k: v for k, v in (("lm", lm), ("adapter", adapter)) if v is not None}
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nemori-worker") if threads else None
         self._states: dict[str, _UserState] = {}
@@ -85,6 +89,11 @@ class BackgroundProcessor:
                 yield
         else:
             yield
+
+    def traced(self, name: str, **tags: Any) -> Any:
+        """A context manager: one MLflow trace ``name`` tagged with ``tags`` around the block when this
+        processor has a tracer, else nothing."""
+        return self.tracer.span(name, **tags) if self.tracer is not None else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ control
     def start(self, resume: bool = True) -> list[str]:
@@ -163,7 +172,8 @@ class BackgroundProcessor:
         """Process window by window until the buffer holds less than a window (or all, if ``force``)."""
         try:
             while not self._stopping:
-                report = self.memory.process(user_id, force=force, max_windows=1)
+                with self.traced("process", operation="process", user_id=user_id):
+                    report = self.memory.process(user_id, force=force, max_windows=1)
                 if report.windows == 0 or report.parked:
                     break
             st.last_error = None
