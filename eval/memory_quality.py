@@ -45,7 +45,7 @@ from nemori_dspy.embedders import Embedder
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
 from nemori_dspy.eval.metrics import format_table
-from nemori_dspy.insight_rules import is_verbatim_copy
+from nemori_dspy.insight_rules import is_verbatim_copy, misattributed_to, source_lines
 from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates
@@ -255,7 +255,9 @@ class FactMatcher:
 class FactVerdict(BaseModel):
     """One live semantic entry and what the metrics found: ``supported`` (a message window of its source
     episode(s) states it), ``fragment``, ``copy`` (verbatim copy of one message), ``junk`` (reason or None),
-    ``gold`` (indexes into ``MemoryAudit.golds`` it states), ``sources_found`` (its source episodes were found)."""
+    ``gold`` (indexes into ``MemoryAudit.golds`` it states), ``sources_found`` (its source episodes were found),
+    ``misattributed`` (it credits one speaker with what another said of themselves: ``insight_rules.misattributed_to``
+    over its source messages)."""
 
     id: str
     text: str
@@ -263,6 +265,7 @@ class FactVerdict(BaseModel):
     fragment: bool
     copy_of_message: bool
     junk: str | None
+    misattributed: bool = False
     gold: list[int] = Field(default_factory=list)
     sources_found: bool = True
 
@@ -307,6 +310,7 @@ class ConversationMemoryQuality(BaseModel):
     fact_support: float | None = None
     fragments: int = 0
     copies: int = 0
+    misattributed: int = 0
     narrative_sentences: int = 0
     sentences_supported: int = 0
     narrative_faithfulness: float | None = None
@@ -401,7 +405,7 @@ def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], g
             id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text),
             copy_of_message=is_verbatim_copy(entry.text, [(m.speaker, m.content) for m in msgs]),
             junk=junk_reason(entry.text), gold=[int(i) for i in np.nonzero(gold_hits[:, j])[0]],
-            sources_found=bool(eps)))
+            sources_found=bool(eps), misattributed=misattributed_to(entry.text, source_lines(msgs)) is not None))
     return out
 
 
@@ -446,7 +450,7 @@ def audit_memory(store: MemoryStore, conv: LoCoMoConversation, matcher: FactMatc
         messages=sum(len(ep.message_ids) for ep in episodes), episodes=len(episodes), entries=len(entries),
         gold=len(golds), gold_matched=len(matched), entries_supported=sum(f.counts_as_support for f in facts),
         fragments=sum(f.fragment for f in facts), copies=sum(f.copy_of_message for f in facts),
-        narrative_sentences=sum(len(n.sentences) for n in narratives),
+        misattributed=sum(f.misattributed for f in facts), narrative_sentences=sum(len(n.sentences) for n in narratives),
         sentences_supported=sum(sum(n.supported) for n in narratives),
         gold_located=len({i for n in narratives for i in n.gold}),
         gold_covered=len({i for n in narratives for i in n.covered}),
@@ -456,7 +460,7 @@ def audit_memory(store: MemoryStore, conv: LoCoMoConversation, matcher: FactMatc
 
 
 _COUNTS = ("sessions", "messages", "episodes", "entries", "gold", "gold_matched", "entries_supported", "fragments",
-           "copies", "narrative_sentences", "sentences_supported", "gold_located", "gold_covered", "junk_entries",
+           "copies", "misattributed", "narrative_sentences", "sentences_supported", "gold_located", "gold_covered", "junk_entries",
            "junk_narratives")
 
 
@@ -477,6 +481,7 @@ _TABLE_COLUMNS = [("fact recall", "fact_recall", "pct"), ("fact support", "fact_
                   ("narr. faithful", "narrative_faithfulness", "pct"), ("narr. coverage", "narrative_coverage", "pct"),
                   ("junk entries", "junk_entries", "int"), ("junk narr.", "junk_narratives", "int"),
                   ("fragments", "fragments", "int"), ("copies", "copies", "int"),
+                  ("misattributed", "misattributed", "int"),
                   ("ep/session", "episodes_per_session", "num"), ("msg/ep", "messages_per_episode", "num"),
                   ("facts/ep", "facts_per_episode", "num"), ("gold", "gold", "int"), ("entries", "entries", "int")]
 
@@ -649,6 +654,7 @@ def _print_audit(audit: MemoryAudit) -> None:
     for f in audit.facts:
         flags = (f"{'supported' if f.supported else 'UNSUPPORTED'}{'' if f.sources_found else ' (no source)'}"
                  f"{' FRAGMENT' if f.fragment else ''}{' COPY' if f.copy_of_message else ''}"
+                 f"{' MISATTRIBUTED' if f.misattributed else ''}"
                  f"{' JUNK:' + f.junk if f.junk else ''}")
         print(f"  - {f.text}\n      {flags}" + "".join(f"\n      = gold: {audit.golds[i].text}" for i in f.gold))
 

@@ -187,3 +187,19 @@ def test_inspect_prints_metrics_narratives_and_facts(tmp_path, session1, capsys)
     assert "JUNK:instruction_echo" in out and "FRAGMENT" in out and "COPY" in out and "= gold:" in out
     assert mq.main(["inspect", "--db", str(tmp_path / "none.sqlite3"), "--data", str(SYNTHETIC_MINI),
                     "--conversations", USER]) == 2
+
+
+def test_a_fact_crediting_the_wrong_speaker_is_counted_misattributed(tmp_path, session1):
+    store = _store(tmp_path, session1)
+    vec = HashingEmbedder(64).embed(["x"])[0].tolist()
+    right = "Elias goes swimming at the lake pool three mornings a week."  # D1:11 is Elias's: right speaker
+    swapped = "Noor goes swimming at the lake pool three mornings a week."  # Noor never said it
+    store.commit_distillation(USER, "ep1", [SemanticEntry(id=f"x{i}", user_id=USER, text=t, vector=vec,
+                                                          source_episode_ids=["ep1"]) for i, t in
+                                            enumerate([right, swapped])], [])
+    audit = mq.audit_memory(store, session1, _matcher())
+    verdict = {f.text: f for f in audit.facts}
+    assert not verdict[right].misattributed and verdict[swapped].misattributed
+    assert audit.metrics.misattributed == 1 and "misattributed" in mq.memory_table(
+        [mq.MemoryQuality(system="nemori", conversations=[audit.metrics], aggregate=audit.metrics)])
+    store.close()
