@@ -323,16 +323,26 @@ def _person_counts(text: str) -> tuple[int, int]:
 
 
 def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] | None:
-    """``(named, speaker)`` (first names as written) when ``insight`` credits one speaker with what another said
-    of themselves, else None.
+    """``(named, meant)`` (first names as written) when ``insight`` credits one speaker with what is another's,
+    else None.
 
-    In a two-person chat a small distiller often writes "Melanie is looking into adoption agencies" from
-    Caroline's "I'm looking into adoption agencies". The rule: the insight names exactly one speaker of the
-    episode; a message of *another* speaker holds ≥ ``ATTRIBUTION_OVERLAP`` of the insight's content words, and at
-    least two of them (crudely stemmed; greetings, reactions and names aside); every message of the named speaker holds
-    less than half of that message's share; and that message speaks of its speaker (more first-person than
-    second-person words, and it does not name the insight's person). A message about its listener ("Your kids are
-    so sweet, Mel!") never moves a fact."""
+    A small distiller confuses who is who in a chat: it writes "Melanie is looking into adoption agencies" from
+    Caroline's "I'm looking into adoption agencies", or "Melanie has such a caring heart" from Melanie's own "You
+    have such a caring heart". The insight must name exactly one speaker of the episode and a message must hold ≥
+    ``ATTRIBUTION_OVERLAP`` of its content words, and at least two of them (crudely stemmed; greetings, reactions and
+    names aside). Then:
+
+    * **first person**: the message is *another* speaker's, speaks of its speaker (more first- than second-person
+      words), does not name the insight's person, and every message of the named speaker holds less than half of
+      its share → the message's speaker is meant;
+    * **second person**: the message is the named speaker's own, holds more of the insight than any other
+      speaker's, and speaks of its listener (more second- than first-person words), in a chat of exactly two
+      speakers, and the insight itself says no "you" → the listener is meant.
+
+    When several messages of a speaker hold the top share, every one must speak as the rule needs.
+
+    Anything less clear leaves the insight as it is: a message about its listener ("Your kids are so sweet, Mel!")
+    never moves a fact to its speaker."""
     first = _first_names(lines)
     named = _named(insight, set(first))
     if len(first) < 2 or len(named) != 1:
@@ -341,27 +351,41 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
     words = {_stem(w) for w in content_words(insight, set(first))}
     if len(words) < 2:
         return None
-    best: dict[str, tuple[float, str]] = {}
+    best: dict[str, tuple[float, list[str]]] = {}  # speaker → (best share, every message holding it)
     for speaker, content, _ in lines:
         key = speaker.split()[0].casefold() if speaker.strip() else ""
         share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
-        if share > best.get(key, (-1.0, ""))[0]:
-            best[key] = (share, content)
-    own = best.get(who, (0.0, ""))[0]
-    others = [(share, key, content) for key, (share, content) in best.items() if key != who]
+        top, tops = best.get(key, (-1.0, []))
+        best[key] = (share, [content]) if share > top else (top, [*tops, content]) if share == top else (top, tops)
+    own, own_tops = best.get(who, (0.0, []))
+    others = sorted(((share, key, tops) for key, (share, tops) in best.items() if key != who), reverse=True)
     if not others:
         return None
-    share, key, content = max(others)
+    share, key, tops = others[0]
+    if (_clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops)
+            and not any(who in _named(c, {who}) for c in tops)):
+        return first[who], first[key]
+    if (_clear(own, len(words)) and own > share and len(first) == 2
+            and all(_speaks_of(c) == "listener" for c in own_tops)
+            and not SECOND_PERSON & set(_WORDS.findall(insight.casefold().replace("’", "'")))):
+        return first[who], first[key]
+    return None
+
+
+def _clear(share: float, n_words: int) -> bool:
+    """A message holding ``share`` of an insight's ``n_words`` content words is the one it restates."""
+    return share >= ATTRIBUTION_OVERLAP and round(share * n_words) >= 2
+
+
+def _speaks_of(content: str) -> str | None:
+    """``"self"`` (more first- than second-person words), ``"listener"`` (the reverse) or None (a tie)."""
     mine, yours = _person_counts(content)
-    shared = round(share * len(words))
-    if share < ATTRIBUTION_OVERLAP or shared < 2 or own >= share / 2 or mine <= yours or who in _named(content, {who}):
-        return None
-    return first[who], first[key]
+    return "self" if mine > yours else "listener" if yours > mine else None
 
 
 def reattribute(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
     """``(text, changed)``: ``insight`` with the speaker it wrongly credits (``misattributed_to``) replaced by the one
-    who said it, possessives kept ("Melanie's" → "Caroline's"); unchanged when the rule does not fire."""
+    meant, possessives kept ("Melanie's" → "Caroline's"); unchanged when the rule does not fire."""
     found = misattributed_to(insight, lines)
     if found is None:
         return insight, False

@@ -178,3 +178,24 @@ def test_a_fact_crediting_the_wrong_speaker_gets_the_speaker_who_said_it(insight
 def test_a_fact_is_not_moved_without_a_clear_first_person_source(insight):
     assert misattributed_to(insight, TWO_SPEAKERS) is None
     assert rule_insight(insight, TWO_SPEAKERS) == (insight, "kept")
+
+
+PRAISE = [
+    ("Caroline", "I'm thrilled to make a family for kids who need one.", "2023-05-25"),
+    ("Melanie", "You have such a caring heart, they will get all the stability they need!", "2023-05-25"),
+    ("Melanie", "I'm lucky to have my husband and kids.", "2023-05-25"),
+]
+
+
+def test_a_fact_taken_from_a_speakers_words_about_the_listener_is_about_the_listener():
+    assert rule_insight("Melanie has such a caring heart.", PRAISE) == ("Caroline has such a caring heart.",
+                                                                         "reattributed")
+    assert rule_insight("Melanie is lucky to have her husband and kids.", PRAISE)[1] == "kept"
+    assert misattributed_to("Melanie said you have a caring heart.", PRAISE) is None  # says "you": left alone
+
+
+def test_a_tie_with_a_message_about_the_speaker_leaves_the_fact_alone():
+    lines = [("Melanie", "Your empathy will help people. Look at this: a painting of a sunset over a lake.", None),
+             ("Caroline", "Is this your own painting?", None),
+             ("Melanie", "Yes, I painted that lake at sunset, it's special to me.", None)]
+    assert misattributed_to("Melanie's painting of the sunset over a lake is special to her.", lines) is None
