@@ -8,12 +8,13 @@ comparable.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 import dspy
 
-from nemori_dspy.errors import LLMError
+from nemori_dspy.errors import LLMError, RateLimitedError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
 from nemori_dspy.usage import tally
@@ -24,6 +25,9 @@ __all__ = ["LLMJudge", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_M
 JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
 #: sha256[:12] of the strict judge signature.
 JUDGE_STRICT_PROMPT_HASH = signature_hash(JudgeAnswerStrict)
+#: guards the judges' counters: an eval judges answers from several threads (module-level, so a judge still
+#: deep-copies and pickles).
+_COUNT_LOCK = threading.Lock()
 #: ``--judge`` choice → the score names it produces.
 JUDGE_METRICS = {"generous": ["judge"], "strict": ["judge_strict"], "both": ["judge", "judge_strict"]}
 
@@ -33,7 +37,9 @@ class LLMJudge:
     ``strict``, ``JudgeAnswerStrict``).
 
     ``example`` needs ``question`` and ``answer`` (gold); ``pred`` needs ``answer``.
-    A judge call that fails after retries scores 0.0 and is counted in ``failures``. The strict judge's
+    A judge call that fails after retries scores 0.0 and is counted in ``failures``; one refused for rate limits
+    raises ``RateLimitedError`` instead (no verdict is not a WRONG verdict: the eval asks again later).
+    Thread-safe: an eval judges answers from several threads. The strict judge's
     label is checked against its own findings: CORRECT stands only if it also said the key facts are
     present and nothing contradicts the gold (a deterministic guard; overrides counted as the ledger
     counter ``judge_strict_overrides``).
@@ -55,11 +61,18 @@ class LLMJudge:
         self.failures = 0
 
     def label(self, question: str, gold: str, answer: str) -> str:
-        """'CORRECT' or 'WRONG' ('WRONG' when the judge fails; see ``failures``)."""
+        """'CORRECT' or 'WRONG' ('WRONG' when the judge fails; see ``failures``).
+
+        Raises:
+            RateLimitedError: the provider refused the judge call for rate limits (after litellm's retries).
+        """
         try:
             pred = self.predict(question=question, gold_answer=gold, generated_answer=answer)
+        except RateLimitedError:
+            raise
         except LLMError:
-            self.failures += 1
+            with _COUNT_LOCK:
+                self.failures += 1
             return "WRONG"
         label = str(pred.label)
         if self.strict and label == "CORRECT" and (not pred.key_facts_present or pred.contradicts_gold):
