@@ -565,9 +565,8 @@ def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoCon
     seconds = answer_tasks(tasks, ckpt, opts, base.settings.num_retries,
                            after_each=lambda row: cost.save(construction, built))
     construction, built = cost.carry_over(construction, built)
-    result = summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,
-                       local=base.settings.model == "local", answer_seconds=seconds)
-    return result
+    return summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,
+                     local=base.settings.model == "local", answer_seconds=seconds)
 
 
 def _add_usage(into: dict[str, dict[str, Any]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:

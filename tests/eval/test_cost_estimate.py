@@ -70,3 +70,11 @@ def test_local_models_are_unpriced(synthetic_mini, pipeline):
     assert mixed.priced and [p.phase for p in mixed.phases if p.cost_usd is not None] == ["judge"]
     assert "unpriced: openai/local" in mixed.text()
     assert price("openai/local", 1000, 100) is None and price(PRICED, 10**6, 0) == pytest.approx(0.15)
+
+
+def test_both_judges_are_estimated_apart_and_no_judge_costs_nothing(synthetic_mini, pipeline):
+    both = _estimate(synthetic_mini, pipeline, _rt(), judges=("judge", "judge_strict"), audit=0)
+    judged = {p.phase: p for p in both.phases if p.phase.startswith("judge")}
+    assert set(judged) == {"judge", "judge_strict"} and judged["judge"].calls == judged["judge_strict"].calls == 40
+    assert judged["judge_strict"].input_tokens != judged["judge"].input_tokens  # each its own prompt
+    assert [p.phase for p in _estimate(synthetic_mini, pipeline, _rt(), judges=()).phases if "judge" in p.phase] == []
