@@ -8,13 +8,14 @@ comparable.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import dspy
 from pydantic import BaseModel, Field
 
-from nemori_dspy.errors import LLMError
+from nemori_dspy.errors import LLMError, RateLimitedError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
 from nemori_dspy.usage import tally
@@ -26,6 +27,9 @@ __all__ = ["LLMJudge", "Verdict", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH
 JUDGE_PROMPT_HASH = signature_hash(JudgeAnswer)
 #: sha256[:12] of the strict judge signature.
 JUDGE_STRICT_PROMPT_HASH = signature_hash(JudgeAnswerStrict)
+#: guards the judges' counters: an eval judges answers from several threads (module-level, so a judge still
+#: deep-copies and pickles).
+_COUNT_LOCK = threading.Lock()
 #: ``--judge`` choice → the score names it produces.
 JUDGE_METRICS = {"generous": ["judge"], "strict": ["judge_strict"], "both": ["judge", "judge_strict"]}
 
@@ -52,7 +56,9 @@ class LLMJudge:
     ``strict``, ``JudgeAnswerStrict``).
 
     ``example`` needs ``question`` and ``answer`` (gold); ``pred`` needs ``answer``.
-    A judge call that fails after retries scores 0.0 and is counted in ``failures``. The strict judge's
+    A judge call that fails after retries scores 0.0 and is counted in ``failures``; one refused for rate limits
+    raises ``RateLimitedError`` instead (no verdict is not a WRONG verdict: the eval asks again later).
+    Thread-safe: an eval judges answers from several threads. The strict judge's
     label is checked against its own findings: CORRECT stands only if it also said the key facts are
     present and nothing contradicts the gold (a deterministic guard; overrides counted as the ledger
     counter ``judge_strict_overrides``).
@@ -75,11 +81,18 @@ class LLMJudge:
 
     def verdict(self, question: str, gold: str, answer: str) -> Verdict:
         """The judge's ``Verdict``: label, reasoning (generous judge) or findings (strict judge); WRONG with
-        ``failed`` when the judge fails (see ``failures``)."""
+        ``failed`` when the judge fails (see ``failures``).
+
+        Raises:
+            RateLimitedError: the provider refused the judge call for rate limits (after litellm's retries).
+        """
         try:
             pred = self.predict(question=question, gold_answer=gold, generated_answer=answer)
+        except RateLimitedError:
+            raise
         except LLMError:
-            self.failures += 1
+            with _COUNT_LOCK:
+                self.failures += 1
             return Verdict(label="WRONG", failed=True)
         label = "CORRECT" if str(pred.label) == "CORRECT" else "WRONG"
         if not self.strict:

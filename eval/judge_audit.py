@@ -19,18 +19,23 @@ spaced over the scored questions, so it is deterministic and costs at most 2 × 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import dspy
 
+from nemori_dspy.errors import RateLimitedError
+from nemori_dspy.usage import tally
 from nemori_dspy.eval.locomo import LoCoMoConversation, LoCoMoQuestion
 from nemori_dspy.eval.locomo import stratified_questions
 from nemori_dspy.eval.metrics import format_table, token_f1
 
 __all__ = ["AuditPair", "locomo_audit_pairs", "longmemeval_audit_pairs", "evenly_spaced", "run_audit",
            "audit_table"]
+
+log = logging.getLogger(__name__)
 
 Metric = Callable[[Any, Any], float]
 """A DSPy judge metric ``(example, pred) -> 1.0 | 0.0`` (``LLMJudge``, ``LongMemEvalJudge``)."""
@@ -134,7 +139,9 @@ def run_audit(judges: dict[str, Metric], pairs: Sequence[AuditPair], out: Path |
 
     Returns ``{judge name: {"on_gold", "on_wrong", "overall", "n_gold", "n_wrong", "n"}}``: the share
     (in [0, 1]) of gold predictions labelled CORRECT, of wrong predictions labelled WRONG, and of both
-    together. A judge call that fails counts as the judge's label WRONG (see ``LLMJudge.failures``).
+    together. A judge call that fails counts as the judge's label WRONG (see ``LLMJudge.failures``); one refused
+    for rate limits gives no verdict: that half of the pair is left out of the shares and its ``n`` (ledger
+    counter ``judge_audit_rate_limited``; null in the JSON line).
     With ``out``, one JSON line per (judge, pair) is written there (what the judge got wrong, to read).
     """
     result: dict[str, dict[str, float | int | None]] = {}
@@ -142,10 +149,11 @@ def run_audit(judges: dict[str, Metric], pairs: Sequence[AuditPair], out: Path |
     for name, judge in judges.items():
         on_gold, on_wrong = [], []
         for p in pairs:
-            gold_ok = judge(p.example, dspy.Prediction(answer=p.gold)) == 1.0
-            wrong_ok = judge(p.example, dspy.Prediction(answer=p.wrong)) == 0.0
-            on_gold.append(float(gold_ok))
-            on_wrong.append(float(wrong_ok))
+            gold, wrong = _verdict(judge, p.example, p.gold), _verdict(judge, p.example, p.wrong)
+            gold_ok = None if gold is None else gold == 1.0
+            wrong_ok = None if wrong is None else wrong == 0.0
+            on_gold += [] if gold_ok is None else [float(gold_ok)]
+            on_wrong += [] if wrong_ok is None else [float(wrong_ok)]
             row = {k: v for k, v in asdict(p).items() if k != "example"}
             lines.append(json.dumps({"judge": name, **row, "gold_judged_correct": gold_ok,
                                      "wrong_judged_wrong": wrong_ok}, default=str))
@@ -154,6 +162,16 @@ def run_audit(judges: dict[str, Metric], pairs: Sequence[AuditPair], out: Path |
     if out is not None:
         out.write_text("".join(x + "\n" for x in lines))
     return result
+
+
+def _verdict(judge: Metric, example: Any, answer: str) -> float | None:
+    """``judge``'s score of ``answer``; None when the call was refused for rate limits (no verdict)."""
+    try:
+        return judge(example, dspy.Prediction(answer=answer))
+    except RateLimitedError as exc:
+        tally("judge_audit_rate_limited")
+        log.warning("judge audit: no verdict (rate limited): %s", exc)
+        return None
 
 
 def _pct(value: float | None, n: Any) -> str:

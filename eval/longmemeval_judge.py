@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from typing import Any, Iterable
 
 import dspy
 
-from nemori_dspy.errors import InvalidInputError, LLMError
+from nemori_dspy.errors import InvalidInputError, LLMError, RateLimitedError
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import signature_hash
 from nemori_dspy.signatures.longmemeval import LONGMEMEVAL_JUDGE_SIGNATURES, JudgeLongMemEvalAbstention
 from nemori_dspy.eval.longmemeval import ABSTENTION_SUFFIX, QUESTION_TYPES, LongMemEvalQuestion
+
+#: guards the judges' counters: an eval judges answers from several threads.
+_COUNT_LOCK = threading.Lock()
 
 __all__ = [
     "LongMemEvalJudge",
@@ -100,14 +104,19 @@ class LongMemEvalJudge:
 
         Raises:
             InvalidInputError: unknown ``question_type``.
+            RateLimitedError: the provider refused the judge call for rate limits (after litellm's retries).
         """
         sig = judge_signature(question_type, is_abstention)
-        self.calls[sig.__name__] = self.calls.get(sig.__name__, 0) + 1
+        with _COUNT_LOCK:
+            self.calls[sig.__name__] = self.calls.get(sig.__name__, 0) + 1
         inputs = {"question": question, _GOLD_FIELD[sig]: gold, "generated_answer": answer}
         try:
             return str(self.predictors[sig](**inputs).label).strip().lower() == "yes"
+        except RateLimitedError:  # no verdict, not a "no": the eval asks again later
+            raise
         except LLMError:
-            self.failures += 1
+            with _COUNT_LOCK:
+                self.failures += 1
             return False
 
     def __call__(self, example: Any, pred: Any, trace: Any = None) -> float:

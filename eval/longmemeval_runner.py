@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from nemori_dspy.memory import Memory
 from nemori_dspy.usage import UsageLedger
 from nemori_dspy.eval.baselines import RagIndex
@@ -25,8 +23,8 @@ from nemori_dspy.eval.locomo import LoCoMoConversation
 from nemori_dspy.eval.longmemeval import QUESTION_TYPES, LongMemEvalQuestion
 from nemori_dspy.eval.longmemeval_judge import question_example, summarise_accuracy
 from nemori_dspy.eval.metrics import Group, bleu1, token_f1
-from nemori_dspy.eval.runner import (EvalOptions, judge_verdicts, start_run, MemoryProvider, system_context,
-                                     context_tokens, recall_scores, summarise)
+from nemori_dspy.eval.runner import (AnswerTask, EvalOptions, judge_verdicts, start_run, MemoryProvider, answer_tasks,
+                                     system_context, context_tokens, recall_scores, summarise)
 from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import System
 
@@ -112,19 +110,18 @@ def _run_longmemeval(memories: Memory | MemoryProvider, questions: list[LongMemE
                      panel: JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> RunResult:
     convs = [as_conversation(q) for q in questions]
     provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, convs, opts, out_dir, ledger)
-    for q, conv in tqdm(list(zip(questions, convs)), desc="answer", unit="q", disable=not opts.progress):
-        for system in opts.systems:
-            if (system.name, q.question_id, 0) not in ckpt.done:
-                with opts.observer.span(f"answer {q.question_id} {system.name}", question=q.question_id,
-                                        system=system.name):
-                    row = _row(system, provider.memory(system), q, conv, rag, panel)
-                    ckpt.add(row)
-                    opts.observer.answered(row)
-                cost.save(construction, built)
+    memories_of = {s.name: provider.memory(s) for s in opts.systems}  # resolved here, not in the answer threads
+    tasks = [AnswerTask((system.name, q.question_id, 0), f"answer {q.question_id} {system.name}",
+                        {"question": q.question_id, "system": system.name},
+                        lambda s=system, q=q, c=conv: _row(s, memories_of[s.name], q, c, rag, panel))
+             for q, conv in zip(questions, convs) for system in opts.systems]
+    seconds = answer_tasks(tasks, ckpt, opts, base.settings.num_retries,
+                           after_each=lambda row: cost.save(construction, built))
     construction, built = cost.carry_over(construction, built)
     groups = [g for g in LONGMEMEVAL_GROUPS if any(g[1](r) for r in ckpt.rows)]  # the types this run has
     summary = summarise(ckpt.rows, opts, panel, built, construction, skipped, out_dir, ledger,
-                         local=base.settings.model == "local", groups=groups, scores=LONGMEMEVAL_SCORES)
+                         local=base.settings.model == "local", groups=groups, scores=LONGMEMEVAL_SCORES,
+                         answer_seconds=seconds)
     upstream = _upstream_metrics(ckpt.rows, summary.systems, summary.judge_metrics)
     for system, by_metric in upstream.items():
         for metric, acc in by_metric.items():

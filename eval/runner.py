@@ -1,25 +1,38 @@
 """The LoCoMo harness: build memory per conversation, answer categories 1-4 with every selected system
 (same answer signature for all), score (LLM judge, token F1, BLEU-1, LoCoMo F1, evidence recall@k),
-checkpoint every answer, and summarise per system and category."""
+checkpoint every answer, and summarise per system and category.
+
+``EvalOptions.concurrency`` threads build conversations and then answer and judge questions (``answer_tasks``, a
+``ThreadPoolExecutor``; each task runs in a copy of the caller's context, so ``dspy.context`` overrides and the
+run's usage ledger follow it). Each row is checkpointed by the thread that made it as soon as it is scored;
+the observer and ``cost.json`` are updated from the calling thread only; at the end ``results.jsonl`` and the
+summary list the rows in question order (conversation, question as asked, system), whatever order threads
+finished in, so a threaded run's files read like a sequential run's. A question refused for rate limits after
+litellm's retries is asked again after a pause shared by every thread; if it is still refused it is left
+unanswered (never scored as wrong) for ``--resume``.
+
+DSPy's ``ParallelExecutor`` is not used here: it resubmits a straggling task (a question could be answered and
+checkpointed twice), leaves tasks running after it returns, and turns a task's exception into a result."""
 
 from __future__ import annotations
 
 import contextvars
 import json
+import os
 from contextlib import nullcontext
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, NamedTuple, Protocol
+from typing import Any, Callable, ContextManager, NamedTuple, Protocol
 
 import dspy
 import litellm
 from tqdm.auto import tqdm
 
-from nemori_dspy.errors import LLMError
+from nemori_dspy.errors import LLMError, RateLimitedError
 from nemori_dspy.memory import Memory
 from nemori_dspy.recording import recording
 from nemori_dspy.stages import CONSTRUCTION_STAGES as _STAGES
@@ -38,14 +51,23 @@ from nemori_dspy.eval.systems import SYSTEMS, System
 __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
            "run_locomo", "answer_and_score", "answer_question", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS",
            "judge_verdicts",
-           "system_context", "context_tokens", "recall_scores", "summarise"]
+           "system_context", "context_tokens", "recall_scores", "summarise", "AnswerTask", "answer_tasks",
+           "locomo_tasks", "answered_keys", "RATE_LIMIT_WAIT_S", "RATE_LIMIT_MAX_WAIT_S"]
 
 log = logging.getLogger(__name__)
+
+#: one ``RunObserver.answered`` call at a time across answer threads (the tracker's MLflow writes).
+_OBSERVE_LOCK = threading.Lock()
 
 #: the stages that build memory, in pipeline order (``nemori_dspy.stages``).
 CONSTRUCTION_STAGES = list(_STAGES)
 METRICS = ["judge", "f1", "bleu1", "f1_locomo"]
 RECALL_KS = (1, 2, 5, 10)
+#: seconds every answer thread pauses after a question was refused for rate limits (litellm has already retried
+#: the call ``num_retries`` times with its own exponential backoff); doubled per further refusal of that question,
+#: at most ``RATE_LIMIT_MAX_WAIT_S``, and never less than the provider's ``Retry-After``.
+RATE_LIMIT_WAIT_S = 10.0
+RATE_LIMIT_MAX_WAIT_S = 120.0
 
 
 class RunObserver(Protocol):
@@ -76,7 +98,8 @@ class NullObserver:
 class EvalOptions:
     """What to run. Categories 1-4 by default; ``max_questions`` caps questions per conversation;
     ``resume`` skips answers already in ``results.jsonl``; ``concurrency`` builds that many
-    conversations' memories at once; ``observer`` sees every unit of work and answer (default: none)."""
+    conversations' memories at once, then answers and judges that many questions at once;
+    ``observer`` sees every unit of work and answer (default: none)."""
 
     systems: list[System] = field(default_factory=lambda: [SYSTEMS["nemori"], SYSTEMS["no-memory"]])
     categories: tuple[int, ...] = SCORED_CATEGORIES
@@ -277,6 +300,8 @@ def answer_question(system: System, memory: Memory, conv: LoCoMoConversation, q:
     with memory.usage.scope() as mine:
         try:
             answer = memory.pipeline(user_id=conv.sample_id, question=q.question, context=context).answer
+        except RateLimitedError:  # no reply at all: asked again later (answer_tasks), never scored
+            raise
         except LLMError as exc:  # one bad reply must not end the run: scored as an empty answer, counted, kept
             answer, failure = "", str(exc)
             tally("answers_failed")
@@ -297,25 +322,193 @@ def answer_and_score(memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion
     """One question answered through the eval's own path (``ResponseGeneration`` context → P_ans) and scored: the
     row ``results.jsonl`` holds (``answer``, ``f1``, ``bleu1``, ``f1_locomo``, ``judge`` when judged,
     ``recall_at_<k>``, ``context_tokens``, …). ``system`` defaults to ``nemori``. For benchmarks that build memory
-    themselves (``benchmarks.construction --answer``); an answer that fails is scored empty (``answer_error``)."""
+    themselves (``benchmarks.construction --answer``); an answer that fails is scored empty (``answer_error``).
+
+    Raises:
+        RateLimitedError: the answer or a judge call was refused for rate limits (after litellm's retries).
+    """
     return _answer_row(system or SYSTEMS["nemori"], memory, conv, q, None, judge)
 
 
+def _row_key(row: dict[str, Any]) -> tuple[str, str, Any]:
+    return row["system"], row["sample_id"], row["index"]
+
+
 class _Checkpoint:
-    """``results.jsonl`` written one row at a time (fsync'd), read back on ``--resume``."""
+    """``results.jsonl`` written one row at a time (one ``write`` per line, flushed; thread-safe), read back on
+    ``--resume``. A last line cut off by a kill is dropped (its question is asked again)."""
 
     def __init__(self, path: Path, resume: bool) -> None:
         self.path, self.lock = path, threading.Lock()
-        self.rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if resume and path.exists() else []
-        if not resume:
-            path.write_text("")
-        self.done = {(r["system"], r["sample_id"], r["index"]) for r in self.rows}
+        self.rows = _read_rows(path) if resume and path.exists() else []
+        if not resume or (path.exists() and len(self.rows) != _line_count(path)):
+            self._write_all()  # a fresh file, or the resumed one without its torn last line
+        self.done = {_row_key(r) for r in self.rows}
 
     def add(self, row: dict[str, Any]) -> None:
+        line = json.dumps(row, default=str) + "\n"
         with self.lock, self.path.open("a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
+            f.write(line)
             f.flush()
             self.rows.append(row)
+
+    def order(self, keys: list[tuple[str, str, Any]]) -> None:
+        """Put the rows in the order of ``keys`` (rows of other keys last, as they were) and rewrite the file
+        so (atomically: a kill leaves the old file or the new one)."""
+        rank = {k: i for i, k in enumerate(keys)}
+        with self.lock:
+            self.rows.sort(key=lambda r: rank.get(_row_key(r), len(rank)))  # stable: the rest keep their order
+            self._write_all()
+
+    def _write_all(self) -> None:
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in self.rows))
+        os.replace(tmp, self.path)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``results.jsonl``; a last line that does not parse (a kill mid-write) is dropped, logged."""
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i < len(lines) - 1:
+                raise
+            log.warning("%s: its last line is cut off (the run was killed while writing it); that question is "
+                        "asked again", path)
+    return rows
+
+
+def answered_keys(path: Path) -> set[tuple[str, str, Any]]:
+    """Keys ``(system, sample_id, index)`` of the rows in a ``results.jsonl`` (what ``--resume`` will skip); empty
+    when the file does not exist."""
+    return {_row_key(r) for r in _read_rows(path)} if path.exists() else set()
+
+
+def _line_count(path: Path) -> int:
+    return sum(1 for x in path.read_text().splitlines() if x.strip())
+
+
+class AnswerTask(NamedTuple):
+    """One question for one system: ``key`` = (system, sample id, index) as in ``results.jsonl``; ``span`` and
+    ``tags`` name its unit of work for the observer; ``ask()`` answers, scores and returns the row (it may raise
+    ``RateLimitedError``)."""
+
+    key: tuple[str, str, Any]
+    span: str
+    tags: dict[str, Any]
+    ask: Callable[[], dict[str, Any]]
+
+
+class _RateGate:
+    """A pause shared by every answer thread: after a rate-limit refusal no question starts before it ends."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop, self._until, self._lock = stop, 0.0, threading.Lock()
+
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            self._until = max(self._until, time.monotonic() + seconds)
+
+    def wait(self) -> bool:
+        """Block until the pause is over; False if the run is stopping."""
+        while True:
+            with self._lock:
+                left = self._until - time.monotonic()
+            if left <= 0:
+                return not self.stop.is_set()
+            if self.stop.wait(left):
+                return False
+
+
+def _ask(task: AnswerTask, ckpt: "_Checkpoint", observer: RunObserver, gate: _RateGate,
+         retries: int) -> dict[str, Any] | None:
+    """``task.ask()`` inside the observer's span, its row checkpointed; after a rate-limit refusal every thread
+    pauses (``_RateGate``) and the question is asked again, ``retries`` times at most. Returns the row, or None
+    when the question was left unanswered (still refused, or the run is stopping)."""
+    for attempt in range(retries + 1):
+        if not gate.wait():
+            return None
+        try:
+            with observer.span(task.span, **task.tags):
+                row = task.ask()
+                ckpt.add(row)
+                with _OBSERVE_LOCK:  # inside the span: the tracker puts the verdicts on this answer's trace
+                    observer.answered(row)
+        except RateLimitedError as exc:
+            if attempt == retries:
+                tally("answers_rate_limited")
+                log.warning("%s: refused for rate limits %d time(s); left unanswered (not scored): --resume asks "
+                            "it again", task.span, attempt + 1)
+                return None
+            wait_s = max(exc.retry_after or 0.0, min(RATE_LIMIT_MAX_WAIT_S, RATE_LIMIT_WAIT_S * 2 ** attempt))
+            tally("answer_rate_limit_pauses")
+            log.warning("%s: refused for rate limits; every answer thread pauses %.0f s, then it is asked again "
+                        "(%d of %d)", task.span, wait_s, attempt + 1, retries)
+            gate.pause(wait_s)
+            continue
+        return row
+    return None
+
+
+def answer_tasks(tasks: list[AnswerTask], ckpt: "_Checkpoint", opts: EvalOptions, retries: int,
+                 after_each: Callable[[dict[str, Any]], None] = lambda row: None, desc: str = "answer") -> float:
+    """Ask every task whose key is not in ``ckpt.done``, ``opts.concurrency`` at a time, then order the rows.
+
+    Each row is checkpointed as soon as it is scored and ``opts.observer.answered(row)`` is called, one thread at a
+    time, inside the answer's span (by the thread that made it); ``after_each(row)`` runs in the calling thread. An exception in a task (or Ctrl-C / SIGTERM here) stops
+    the run: no new question starts, the ones in flight finish and are checkpointed, then it propagates.
+    When all are asked the checkpoint is put in the order of ``tasks`` (``_Checkpoint.order``).
+
+    Args:
+        tasks: every question of the run, in question order (answered ones included: they fix the order).
+        retries: re-asks of a question refused for rate limits (the run's ``num_retries``).
+    Returns:
+        Wall seconds spent asking.
+    """
+    pending = [t for t in tasks if t.key not in ckpt.done]
+    stop = threading.Event()
+    gate = _RateGate(stop)
+    bar = tqdm(total=len(pending), desc=desc, unit="q", disable=not opts.progress)
+    t0 = time.perf_counter()
+
+    def finished(row: dict[str, Any] | None) -> None:
+        bar.update(1)
+        if row is not None:
+            after_each(row)
+
+    try:
+        if opts.concurrency <= 1 or len(pending) <= 1:
+            for task in pending:
+                finished(_ask(task, ckpt, opts.observer, gate, retries))
+        else:
+            _ask_in_threads(pending, ckpt, opts, gate, retries, finished)
+    finally:
+        stop.set()
+        bar.close()
+    seconds = time.perf_counter() - t0
+    ckpt.order([t.key for t in tasks])  # after a kill the next --resume orders them
+    return seconds
+
+
+def _ask_in_threads(pending: list[AnswerTask], ckpt: "_Checkpoint", opts: EvalOptions, gate: _RateGate,
+                    retries: int, finished: Callable[[dict[str, Any] | None], None]) -> None:
+    pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="nemori-answer")
+    futures: set[Future] = set()
+    try:  # each task runs in a copy of this context: dspy.context overrides and the run's ledgers carry over
+        futures = {pool.submit(contextvars.copy_context().run, _ask, t, ckpt, opts.observer, gate, retries)
+                   for t in pending}
+        while futures:
+            done, futures = wait(futures, return_when=FIRST_COMPLETED)
+            for f in done:
+                finished(f.result())
+    finally:
+        gate.stop.set()  # tasks not started return at once; the ones in flight finish (their rows are kept)
+        for f in futures:
+            f.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RunStart(NamedTuple):
@@ -370,24 +563,32 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
         return _run_locomo(memories, conversations, opts, judge, out_dir, ledger)
 
 
+def locomo_tasks(provider: MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
+                 rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> list[AnswerTask]:
+    """Every (question, system) of a LoCoMo run in question order: conversation, its questions of
+    ``opts.categories`` as ``stratified_questions`` picks them (``opts.max_questions``), then each system."""
+    memories = {s.name: provider.memory(s) for s in opts.systems}  # resolved here, not in the answer threads
+    tasks = []
+    for conv in conversations:
+        for q in stratified_questions([q for q in conv.questions if q.category in opts.categories], opts.max_questions):
+            for system in opts.systems:
+                tasks.append(AnswerTask(
+                    (system.name, q.sample_id, q.index), f"answer {q.sample_id}#{q.index} {system.name}",
+                    {"conversation": q.sample_id, "question": q.index, "system": system.name, "category": q.category},
+                    lambda s=system, c=conv, q=q: _answer_row(s, memories[s.name], c, q, rag, judge)))
+    return tasks
+
+
 def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
                 judge: LLMJudge | JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> RunResult:
     provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir,
                                                                               ledger)
-    for conv in conversations:
-        qs = stratified_questions([q for q in conv.questions if q.category in opts.categories], opts.max_questions)
-        for q in tqdm(qs, desc=f"answer {conv.sample_id}", unit="q", disable=not opts.progress):
-            for system in opts.systems:
-                if (system.name, q.sample_id, q.index) not in ckpt.done:
-                    with opts.observer.span(f"answer {q.sample_id}#{q.index} {system.name}", conversation=q.sample_id,
-                                            question=q.index, system=system.name, category=q.category):
-                        row = _answer_row(system, provider.memory(system), conv, q, rag, judge)
-                        ckpt.add(row)
-                        opts.observer.answered(row)
-                    cost.save(construction, built)
+    tasks = locomo_tasks(provider, conversations, opts, rag, judge)
+    seconds = answer_tasks(tasks, ckpt, opts, base.settings.num_retries,
+                           after_each=lambda row: cost.save(construction, built))
     construction, built = cost.carry_over(construction, built)
     return summarise(ckpt.rows, opts, judge, built, construction, skipped, out_dir, ledger,
-                      local=base.settings.model == "local")
+                     local=base.settings.model == "local", answer_seconds=seconds)
 
 
 def _add_usage(into: dict[str, dict[str, Any]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -443,12 +644,14 @@ class _CostCheckpoint:
 def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | JudgePanel | None,
                built: dict[str, Any], construction: dict, skipped: int, out_dir: Path, ledger: UsageLedger,
                local: bool = False,
-               groups: list[Group] | None = None, scores: list[str] | None = None) -> RunResult:
+               groups: list[Group] | None = None, scores: list[str] | None = None,
+               answer_seconds: float = 0.0) -> RunResult:
     """Tables and ``summary.json``; runs the judge audit (``judge_audit.jsonl``) when the panel has pairs.
 
     ``groups`` are the table's row groups (default: LoCoMo categories 1-4, see ``metrics.LOCOMO_GROUPS``);
     ``scores`` the LLM-free answer scores shown after the judges' (default: token F1, BLEU-1, LoCoMo F1);
-    usage, counters and the usage table are ``ledger``'s (the run's).
+    usage, counters and the usage table are ``ledger``'s (the run's); ``answer_seconds``: wall seconds this
+    invocation spent answering and judging (``answer_tasks``).
     """
     panel = as_panel(judge)
     judged = panel.metrics if panel else []
@@ -464,6 +667,7 @@ def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | J
         embedding_usage=ledger.embedding_summary(),
         counters=dict(ledger.counters), coverage=built["coverage"], parked=built["parked"],
         reused_memory=built["reused"], ingest_seconds=round(built["seconds"], 1),
+        answer_seconds=round(answer_seconds, 1), concurrency=opts.concurrency,
         resumed_answers=skipped, systems=systems,
         questions=len({(r["sample_id"], r["index"]) for r in rows}),
         judge=info.get("judge"), judges=info, judge_metrics=judged,

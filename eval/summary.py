@@ -81,6 +81,8 @@ class RunSummary(BaseModel):
     parked: list[str] = Field(default_factory=list, description="work parked after failures (one line each)")
     reused_memory: list[str] = Field(default_factory=list, description="conversations whose memory was reused")
     ingest_seconds: float = Field(0.0, description="memory construction wall seconds over the whole run")
+    answer_seconds: float = Field(0.0, description="answering and judging wall seconds of the last invocation")
+    concurrency: int = Field(1, description="conversations built and questions answered at once (--concurrency)")
     resumed_answers: int = Field(0, description="answers already in results.jsonl when the run resumed")
     systems: list[str] = Field(default_factory=list, description="the systems answered, in order")
     questions: int = Field(0, description="distinct questions answered")

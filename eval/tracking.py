@@ -624,7 +624,7 @@ def _metrics(summary: RunSummary) -> list[Any]:
     Names: ``<system>.<metric>.<category>`` (e.g. ``nemori.judge.overall``, ``n.temporal``),
     ``cost.<stage>.{calls,cache_hits,failures,input_tokens,output_tokens,seconds,cost_usd}`` (all usage),
     ``construction.<stage>.<field>`` (memory construction only), ``counter.<name>``, ``embedding.<field>``,
-    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}``, ``ingest_seconds``,
+    ``judge_audit.<judge>.{on_gold,on_wrong,overall,n_gold,n_wrong,n}``, ``ingest_seconds``, ``answer_seconds``,
     ``stage.<stage>.calls_per_{100_turns,episode}`` and ``guard.<counter>.per_100_turns`` (stage activity).
     """
     metrics: dict[str, float] = {}
@@ -640,6 +640,7 @@ def _metrics(summary: RunSummary) -> list[Any]:
     for name, audit in (summary.judge_audit_dicts() or {}).items():
         metrics.update({f"judge_audit.{name}.{k}": float(v) for k, v in audit.items() if v is not None})
     metrics["ingest_seconds"] = float(summary.ingest_seconds)
+    metrics["answer_seconds"] = float(summary.answer_seconds)
     from nemori_dspy.eval.memory_quality import memory_metrics  # memory.<metric>
 
     metrics.update(memory_metrics(summary.memory))

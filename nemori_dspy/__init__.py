@@ -16,7 +16,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .config import NemoriSettings
     from .errors import (ConfigError, DatasetError, EmbedderMismatchError, InvalidInputError, LLMError,
-                         ModelServerError, NemoriError, NotFoundError, StoreError, UnknownUserError)
+                         ModelServerError, NemoriError, NotFoundError, RateLimitedError, StoreError,
+                         UnknownUserError)
     from .memory import AddResult, Memory
     from .types import (AnswerResult, DeleteMessageResult, Episode, ForgetResult, Message, SearchResult,
                         SemanticEntry)
@@ -31,7 +32,7 @@ _LAZY = {
     "AnswerResult": "types", "ForgetResult": "types", "DeleteMessageResult": "types",
     **{name: "errors" for name in ("NemoriError", "InvalidInputError", "UnknownUserError", "NotFoundError",
                                    "ConfigError", "EmbedderMismatchError", "StoreError", "LLMError",
-                                   "ModelServerError", "DatasetError")},
+                                   "RateLimitedError", "ModelServerError", "DatasetError")},
 }
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "EmbedderMismatchError",
     "StoreError",
     "LLMError",
+    "RateLimitedError",
     "ModelServerError",
     "DatasetError",
 ]

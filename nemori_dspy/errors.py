@@ -12,6 +12,9 @@ __all__ = [
     "EmbedderMismatchError",
     "StoreError",
     "LLMError",
+    "RateLimitedError",
+    "is_rate_limit",
+    "suggested_wait",
     "ModelServerError",
     "DatasetError",
 ]
@@ -92,6 +95,51 @@ class StoreError(NemoriError):
 
 class LLMError(NemoriError):
     """An LLM call failed permanently after retries; the work is parked, never dropped."""
+
+
+class RateLimitedError(LLMError):
+    """The provider refused an LLM call for rate limits (HTTP 429) after litellm's own retries (``num_retries``,
+    exponential backoff). Not a bad reply: there was none, so a caller that can wait should ask again later
+    (the eval leaves the question unanswered rather than scoring it, see ``eval.runner``).
+
+    Args:
+        message: what failed and the fix.
+        retry_after: seconds the provider asked to wait (its ``Retry-After``), None when it gave none.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+_RATE_LIMIT_NAMES = frozenset({"RateLimitError", "LMRateLimitError", "RouterRateLimitError", "RateLimitedError"})
+_QUOTA_NAMES = frozenset({"BillingError", "LMBillingError", "BudgetExceededError"})
+
+
+def _chain(exc: BaseException | None, depth: int = 8) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and len(out) < depth and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def is_rate_limit(exc: BaseException | None) -> bool:
+    """True if ``exc`` (or an error it was raised from) is a provider's rate-limit refusal: litellm's, OpenAI's,
+    DSPy's ``LMRateLimitError`` or ours. Judged by class name, so no provider SDK is imported. An exhausted quota
+    or budget (also an HTTP 429 at OpenAI; DSPy's ``LMBillingError``) is not a rate limit: waiting does not cure it."""
+    names = {c.__name__ for e in _chain(exc) for c in type(e).__mro__}
+    return bool(names & _RATE_LIMIT_NAMES) and not names & _QUOTA_NAMES
+
+
+def suggested_wait(exc: BaseException | None) -> float | None:
+    """The seconds a rate-limit refusal asked to wait (``retry_after`` of ``exc`` or of an error it was raised
+    from), None when none says."""
+    for e in _chain(exc):
+        wait = getattr(e, "retry_after", None)
+        if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait >= 0:
+            return float(wait)
+    return None
 
 
 class ModelServerError(NemoriError):

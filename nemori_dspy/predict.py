@@ -4,6 +4,9 @@ It sets the stage for the usage ledger, applies the stage's ``max_tokens``, and 
 does not parse (or a provider error that survived litellm's own retries) re-asks with DSPy's
 response cache bypassed and a nonzero temperature — at temperature 0 a cached bad reply would
 come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; callers park the work.
+A rate-limit refusal that survived litellm's retries is re-asked unchanged (there was no bad reply to escape, so
+no reroll); if the last attempt was refused too, ``RateLimitedError`` (an ``LLMError``) says so, so a caller that
+can wait (the eval) asks again later instead of treating it as a failed reply.
 A reply cut off by its token cap (finish_reason ``"length"``) of an answer or a structured stage is never used:
 it is asked again once with twice the cap (an extra attempt), then counts as a failed attempt. A prose or list
 stage (``SALVAGE_TRUNCATED_STAGES``) keeps a cut reply that parses at once (a list without its last item). Other errors (``TypeError`` ...) are
@@ -21,7 +24,7 @@ from typing import Any, Callable
 
 import dspy
 
-from .errors import ConfigError, LLMError
+from .errors import ConfigError, LLMError, RateLimitedError, is_rate_limit, suggested_wait
 from .recording import current_recorder
 from .stages import SALVAGE_TRUNCATED_STAGES, TRUNCATED_LIST_STAGES
 from .usage import current_stage, note_truncation, stage, tally, watch_truncation
@@ -125,6 +128,9 @@ def _fix_for(exc: Exception | None) -> str:
         return (f"raise the stage's output cap above {exc.cap}, e.g. NEMORI_STAGE_LMS='{{\"{exc.stage}\": "
                 f"{{\"max_tokens\": {2 * (exc.cap or 512)}}}}}', or use a model that answers more briefly (a small model "
                 "that repeats itself, e.g. the same list over and over, hits any cap: a larger model is the fix then).")
+    if is_rate_limit(exc):
+        return ("the provider refused for rate limits after litellm's retries (num_retries, NEMORI_NUM_RETRIES): "
+                "wait, lower --concurrency, or raise num_retries.")
     if any(k in text for k in ("AuthenticationError", "PermissionDeniedError", "Missing credentials", "api_key")):
         return ("set the provider's API key (e.g. OPENAI_API_KEY) or NEMORI_API_KEY, or use --model local for the "
                 "embedded model.")
@@ -151,6 +157,7 @@ class StagePredict(dspy.Module):
         predictor_class: DSPy predictor wrapping the signature (default ``dspy.Predict``).
     Raises (from ``forward``):
         LLMError: every attempt failed; the message names the stage and the last error.
+        RateLimitedError: the same, when the last attempt was refused for rate limits (an ``LLMError``).
     """
 
     def __init__(self, signature: type[dspy.Signature], stage_name: str, max_tokens: int | None = None,
@@ -239,9 +246,14 @@ class StagePredict(dspy.Module):
                     else:
                         reroll += 1
                 except _retryable() as exc:  # parse, validation, provider, transport, timeout: re-ask
-                    last, reroll = exc, reroll + 1
+                    # a rate limit had no reply: the same request again (a reroll escapes only a bad reply)
+                    last, reroll = exc, reroll if is_rate_limit(exc) else reroll + 1
                 log.warning("stage %s attempt %d failed: %s", self.stage_name, n + 1, str(last)[:300])
                 n += 1
         tally("failed_stage_calls")
-        raise LLMError(f"stage {self.stage_name!r} failed after {n} attempt(s): "
-                       f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}") from last
+        message = (f"stage {self.stage_name!r} failed after {n} attempt(s): "
+                   f"{type(last).__name__}: {str(last)[:500]}. Fix: {_fix_for(last)}")
+        if is_rate_limit(last):
+            tally("rate_limited_stage_calls")
+            raise RateLimitedError(message, suggested_wait(last)) from last
+        raise LLMError(message) from last

@@ -429,3 +429,25 @@ def test_a_model_program_resolves_in_the_runs_tracking_store_for_eval_and_optimi
     assert main([*command, "--program", "models:/tuned/3", "--mlflow-tracking-uri", uri,
                  "--out", str(tmp_path / "run")]) == 2
     assert seen == [("models:/tuned/3", uri)] and "no such model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model, expected", [
+    (None, None),                                             # the embedded local models: no estimate at all
+    ("openai/gpt-4o-mini", "cost estimate before the run"),   # priced by litellm: a table with dollars
+    ("openai/local", "cost estimate: unpriced (openai/local"),  # an OpenAI-compatible server litellm cannot price
+])
+def test_a_cost_estimate_is_printed_before_a_run_with_a_priced_model(tmp_path, scripted_runtime, capsys, model,
+                                                                     expected):
+    extra = ["--model", model, "--api-base", "http://127.0.0.1:9/v1"] if model else []
+    if model:
+        scripted_runtime.model = model  # the runtime's LM is what the estimate prices
+    assert _run(tmp_path, "--system", "nemori", "--no-mlflow", "--no-judge", "--max-questions", "1", *extra) == 0
+    out = capsys.readouterr().out
+    if expected is None:
+        assert "cost estimate" not in out
+        return
+    assert expected in out and out.index(expected) < out.index("Construction cost per stage")
+    if model == "openai/gpt-4o-mini":
+        table = out[out.index(expected):out.index("Construction cost per stage")]
+        assert "construction: narrate" in table and "56 turns to build, 1 answers" in table
+        assert float(next(x for x in table.splitlines() if x.startswith("total")).split()[-1]) > 0

@@ -122,3 +122,41 @@ def test_live_machine_noise_does_not_become_facts(tmp_path, live, capsys):
         print(f"\nlive noise: {len(NOISE_TURNS) - 2} noise messages, {len(facts)} facts, {len(noisy)} about noise: {noisy}")
     assert noisy == [], facts
     assert sorted(m for ep in mem.list_episodes("dana") for m in ep.message_ids) == [f"n{i}" for i in range(1, 6)]
+
+
+def test_live_hosted_path_answers_and_judges_in_threads(tmp_path, live, monkeypatch, mlflow_db, capsys):
+    """Issue 22: the hosted path — this machine's llama.cpp server addressed as an OpenAI-compatible endpoint
+    (``openai/local`` + ``api_base``, retries and timeouts as for a provider) — through ``eval locomo`` with answers
+    and verdicts in 4 threads and the live MLflow record: every question once, in question order, real tokens."""
+    import json
+
+    import mlflow
+
+    from nemori_dspy.apps.cli import main
+    from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions, stratified_questions
+    from tests.fakes import SYNTHETIC_MINI
+
+    monkeypatch.setenv("NEMORI_API_KEY", "sk-live-hosted")  # the OpenAI client needs one; the server ignores it
+    monkeypatch.setenv("NEMORI_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["eval", "locomo", "--data", str(SYNTHETIC_MINI), "--sessions", "1-1", "--max-questions", "3",
+            "--system", "nemori", "--model", "openai/local", "--api-base", live.server.api_base,
+            "--embedder", "hashing-64", "--window-size", "20", "--judge-audit", "0", "--concurrency", "4",
+            "--db", str(tmp_path / "m.db"), "--out", str(tmp_path / "run"), "--mlflow-tracking-uri", mlflow_db]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "cost estimate: unpriced (openai/local" in out and "in 4 threads" in out
+    conv = slice_sessions(load_locomo(SYNTHETIC_MINI)[0], parse_sessions("1-1"))
+    asked = [q.index for q in stratified_questions([q for q in conv.questions if q.category <= 4], 3)]
+    rows = [json.loads(x) for x in (tmp_path / "run/results.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in rows] == asked and all(isinstance(r["answer"], str) for r in rows)
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    usage = summary["usage"]
+    assert usage["answer"]["calls"] >= len(asked) and usage["answer"]["input_tokens"] > 0
+    assert usage["judge"]["calls"] >= len(asked) and summary["construction_usage"]["narrate"]["calls"] >= 1
+    assert summary["concurrency"] == 4 and summary["judges"]["judge"]["model"] == "openai/local"
+    mlflow.set_tracking_uri(mlflow_db)
+    run_id = json.loads((tmp_path / "run/mlflow_run.json").read_text())["parent"]
+    assert mlflow.get_run(run_id).info.status == "FINISHED"
+    with capsys.disabled():
+        print(f"\nlive hosted path: {len(rows)} questions, answers {[r['answer'][:40] for r in rows]}, judge "
+              f"{[r.get('judge') for r in rows]}, answering and judging {summary['answer_seconds']} s in 4 threads")

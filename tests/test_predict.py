@@ -258,3 +258,65 @@ def test_a_cut_reply_with_nothing_to_keep_is_asked_again_at_twice_the_cap(ledger
     assert pred.narrative == "Caroline went to a support group."
     assert "truncated_accepted.narrate" not in ledger.counters and ledger.counters["truncation_retries.narrate"] == 1
     assert [h["kwargs"].get("max_tokens") for h in lm.history][-1] == 640
+
+
+# --- a rate-limit refusal has no reply: re-asked unchanged, then RateLimitedError (not a plain failure)
+
+def _refusing(times: int, retry_after: float | None = 2.0):
+    """A predictor class whose first ``times`` calls are refused for rate limits as DSPy raises it."""
+    from dspy import lm15
+    from dspy.utils.exceptions import LMRateLimitError
+
+    configs = []
+
+    class Refusing(dspy.Module):
+        def __init__(self, signature):
+            super().__init__()
+
+        def forward(self, config=None, **kwargs):
+            configs.append(dict(config or {}))
+            if len(configs) <= times:
+                try:
+                    raise lm15.RateLimitError("429 slow down", retry_after=retry_after)
+                except lm15.RateLimitError as exc:
+                    raise LMRateLimitError(str(exc), retry_after=retry_after) from exc
+            return dspy.Prediction(answer="Michael")
+
+    return Refusing, configs
+
+
+def test_a_rate_limited_call_is_asked_again_unchanged(ledger):
+    cls, configs = _refusing(1)
+    pred = StagePredict(AnswerQuestion, "answer", max_tokens=64, predictor_class=cls)(question="q", context="c")
+    assert pred.answer == "Michael"
+    assert configs == [{"max_tokens": 64}, {"max_tokens": 64}]  # no reroll: there was no bad reply to escape
+
+
+def test_a_call_still_rate_limited_raises_rate_limited_error_with_the_providers_wait(ledger):
+    from nemori_dspy.errors import RateLimitedError
+
+    cls, _ = _refusing(5, retry_after=7.0)
+    with pytest.raises(RateLimitedError, match="rate limits") as caught:
+        StagePredict(AnswerQuestion, "answer", predictor_class=cls, parse_retries=1)(question="q", context="c")
+    assert isinstance(caught.value, LLMError) and caught.value.retry_after == 7.0
+    assert ledger.counters["rate_limited_stage_calls"] == 1
+
+
+def test_rate_limits_are_told_apart_from_an_exhausted_quota():
+    from dspy import lm15
+
+    from nemori_dspy.errors import is_rate_limit, suggested_wait
+
+    def raised(inner, outer):
+        try:
+            try:
+                raise inner
+            except Exception as exc:
+                raise outer from exc
+        except Exception as exc:
+            return exc
+
+    wrapped = raised(lm15.RateLimitError("429", retry_after=3), ValueError("stage failed"))
+    assert is_rate_limit(wrapped) and suggested_wait(wrapped) == 3.0  # found through the cause chain
+    assert not is_rate_limit(raised(lm15.RateLimitError("429"), lm15.BillingError("insufficient_quota")))
+    assert not is_rate_limit(ValueError("did not parse")) and suggested_wait(ValueError()) is None

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import framework_overhead, local_serving, parallel_construction, query_embedding
+from benchmarks import answer_throughput, framework_overhead, local_serving, parallel_construction, query_embedding
 from nemori_dspy.embedders import find_minilm_dir, find_minilm_onnx_dir
 
 _MINILM = find_minilm_dir(None)
@@ -37,6 +37,27 @@ def test_parallel_construction_toy(tmp_path, capsys):
     assert f["lm_calls"] == f["lm_calls_threads"] > 0 and f["speedup"] > 0
     assert "speed-up" in capsys.readouterr().out
     assert _result(tmp_path, "parallel_construction")["lm_calls"] == f["lm_calls"]
+
+
+def test_answer_throughput_toy(tmp_path, capsys):
+    f = answer_throughput.main(["--threads", "3", "--delay", "0.001", "--sequential-questions", "4",
+                                "--scale", "2", "1", "6", "--out-dir", str(tmp_path)])
+    assert (f["conversations"], f["turns"]) == (2, 112)
+    assert f["threaded"]["questions"] == 12 and f["threaded"]["lm_calls"] == 24  # an answer and a verdict each
+    assert f["sequential"]["questions"] == 4 and f["sequential_sampled"] and f["same_rows"] and f["speedup"] > 0
+    assert "ratio (sequential / threaded" in capsys.readouterr().out
+    assert _result(tmp_path, "answer_throughput")["threaded"]["questions"] == 12
+
+
+def test_scaled_synthetic_keeps_evidence_in_its_repeat(tmp_path):
+    from nemori_dspy.eval.locomo import load_locomo
+
+    convs = load_locomo(answer_throughput.scaled_synthetic(tmp_path / "s.json", 2, 3, 45))
+    assert [c.sample_id for c in convs] == ["synth-01", "synth-02"] and len(convs[0].messages) == 3 * 56
+    ids = {m.id for m in convs[0].messages}
+    assert len(convs[0].questions) == 45 and all(set(q.evidence) <= ids for q in convs[0].questions)
+    assert convs[0].questions[44].evidence[0].startswith("D7:")  # question 45 is a third-repeat copy
+    assert convs[0].messages[56].timestamp.date().isoformat() > convs[0].messages[55].timestamp.date().isoformat()
 
 
 @pytest.mark.skipif(_MINILM is None or find_minilm_onnx_dir(_MINILM) is None,

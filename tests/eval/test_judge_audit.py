@@ -99,6 +99,23 @@ def test_a_failing_judge_call_counts_as_WRONG_on_gold(tmp_path):
     assert audit["judge"]["on_gold"] == 0.0 and audit["judge"]["on_wrong"] == 1.0 and judge.failures == 4
 
 
+def test_a_verdict_refused_for_rate_limits_is_left_out_not_counted_wrong(tmp_path, ledger):
+    from dspy import lm15
+
+    def judge(i):
+        if i["generated_answer"] == i["gold_answer"] == "Austin":  # pair 1's gold verdict: refused, every time
+            raise lm15.RateLimitError("429 too many requests")
+        return chat_reply(reasoning="r", label="CORRECT" if i["generated_answer"] == i["gold_answer"] else "WRONG")
+
+    pairs = locomo_audit_pairs([_conv([_q(0, "Austin"), _q(1, "Boston")])], (4,), None, 20)
+    with dspy.context(lm=ScriptedLM({"JudgeAnswer": judge}), adapter=dspy.ChatAdapter()):
+        audit = run_audit({"judge": LLMJudge(parse_retries=0)}, pairs, tmp_path / "audit.jsonl")
+    assert audit["judge"] == {"on_gold": 1.0, "on_wrong": 1.0, "overall": 1.0, "n_gold": 1, "n_wrong": 2, "n": 3}
+    assert ledger.counters["judge_audit_rate_limited"] == 1
+    first = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[0])
+    assert first["gold_judged_correct"] is None and first["wrong_judged_wrong"] is True
+
+
 def test_run_locomo_reports_the_audit_beside_the_scores(tmp_path):
     conv = _conv([_q(0, "Austin", adversarial="Denver"), _q(1, "Boston"), _q(2, "7 May 2023", category=2)])
     lm = ScriptedLM(default_responders())

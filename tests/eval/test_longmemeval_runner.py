@@ -23,18 +23,21 @@ from tests.fakes import LongMemEvalLM, chat_reply, default_responders, lme_respo
 from tests.fakes import longmemeval_file as official_file
 
 
-def test_one_memory_per_question_per_type_judges_tables_and_audit(tmp_path):
+@pytest.mark.parametrize("concurrency", [1, 3])  # 3: built, answered and judged in threads, same results
+def test_one_memory_per_question_per_type_judges_tables_and_audit(tmp_path, concurrency):
     qs = load_longmemeval(official_file(tmp_path))
     lm = LongMemEvalLM(lme_responders())
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
         panel = JudgePanel({"judge": LongMemEvalJudge()}, longmemeval_audit_pairs(qs, 20))
-        opts = EvalOptions(progress=False, systems=[SYSTEMS["nemori"], SYSTEMS["no-memory"]])
+        opts = EvalOptions(progress=False, systems=[SYSTEMS["nemori"], SYSTEMS["no-memory"]], concurrency=concurrency)
         summary = run_longmemeval(mem, qs, opts, panel, tmp_path / "run")
     # every question has its own memory: its episodes hold exactly its own turns
     for q in qs:
         assert {m for ep in mem.list_episodes(q.question_id) for m in ep.message_ids} == {m.id for m in q.messages}
     rows = [json.loads(x) for x in (tmp_path / "run/results.jsonl").read_text().splitlines()]
+    assert [(r["sample_id"], r["system"]) for r in rows] == [(q.question_id, s) for q in qs
+                                                             for s in ("nemori", "no-memory")]  # question order
     assert len(rows) == 4 * 2 and {r["category"] for r in rows} == {
         "temporal-reasoning", "single-session-preference", "knowledge-update"}
     # P_ans is asked at the question date; retrieval uses the bare question

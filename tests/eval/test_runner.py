@@ -121,3 +121,126 @@ def test_a_run_reports_its_own_usage_and_leaves_other_ledgers_intact(tmp_path, s
     cost = json.loads((tmp_path / "b/cost.json").read_text())
     assert set(cost) == {"usage", "construction_usage", "counters", "embedding_usage", "ingest_seconds"}
     assert cost["usage"] == second.usage
+
+
+# --- answers and judgements in threads (--concurrency): same rows, question order, exact resume, rate limits
+
+def _uneven(responders, delays=(0.03, 0.0, 0.015)):
+    """``responders`` with the answer and the judges sleeping 0-30 ms depending on the question, so answers
+    finish out of question order when threads run them."""
+    import time
+
+    from nemori_dspy.testing import prompt_hash
+
+    def slow(fn):
+        def inner(inputs):
+            time.sleep(delays[prompt_hash({"q": inputs.get("question", "")}) % len(delays)])
+            return fn(inputs)
+        return inner
+
+    return {k: slow(v) if k in ("AnswerQuestion", "JudgeAnswer") else v for k, v in responders.items()}
+
+
+def _locomo(tmp_path, conversations, out, lm, concurrency, **opts):
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings(num_retries=2))
+        options = EvalOptions(progress=False, concurrency=concurrency,
+                              systems=[SYSTEMS["nemori"], SYSTEMS["no-memory"]], **opts)
+        return run_locomo(mem, conversations, options, LLMJudge(), tmp_path / out)
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+_TIMING = ("search_ms", "total_ms")
+
+
+def test_threaded_answers_give_the_sequential_rows_in_question_order(tmp_path, synthetic_mini):
+    seq = _locomo(tmp_path, synthetic_mini, "seq", ScriptedLM(_uneven(default_responders())), 1)
+    par = _locomo(tmp_path, synthetic_mini, "par", ScriptedLM(_uneven(default_responders())), 6)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in _TIMING} for r in rows]  # noqa: E731
+    assert strip(_rows(tmp_path / "par/results.jsonl")) == strip(_rows(tmp_path / "seq/results.jsonl"))
+    assert strip(par.rows) == strip(seq.rows) and len(par.rows) == 40
+    assert par.scores == seq.scores and par.paired == seq.paired  # the bootstrap sees the rows in the same order
+    assert (par.concurrency, seq.concurrency) == (6, 1) and par.answer_seconds > 0
+    summary = json.loads((tmp_path / "par/summary.json").read_text())
+    assert summary["concurrency"] == 6 and summary["questions"] == 20
+
+
+def test_an_interrupted_threaded_run_resumes_without_asking_a_question_twice(tmp_path, synthetic_mini):
+    responders = _uneven(default_responders())
+    calls = {"n": 0}
+    answer = responders["AnswerQuestion"]
+
+    def interrupted(inputs):  # the 9th answer call is where the user presses Ctrl-C
+        calls["n"] += 1
+        if calls["n"] == 9:
+            raise KeyboardInterrupt
+        return answer(inputs)
+
+    responders["AnswerQuestion"] = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        _locomo(tmp_path, synthetic_mini, "run", ScriptedLM(responders), 4)
+    kept = _rows(tmp_path / "run/results.jsonl")
+    assert 4 <= len(kept) < 40  # the answers in flight when it stopped were finished and kept
+    with (tmp_path / "run/results.jsonl").open("a") as f:
+        f.write('{"sample_id": "synth-1", "ind')  # and the kill tore the last line
+    lm = ScriptedLM(default_responders())
+    resumed = _locomo(tmp_path, synthetic_mini, "run", lm, 4, resume=True)
+    rows = _rows(tmp_path / "run/results.jsonl")
+    keys = [(r["system"], r["sample_id"], r["index"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 40 and resumed.resumed_answers == len(kept)
+    assert lm.calls["AnswerQuestion"] == 40 - len(kept)  # only the questions not yet answered were asked
+    seq = _locomo(tmp_path, synthetic_mini, "seq", ScriptedLM(default_responders()), 1)
+    assert keys == [(r["system"], r["sample_id"], r["index"]) for r in seq.rows]  # question order, as sequential
+
+
+def _refused_for(question_part: str, times: int, responders, name="AnswerQuestion"):
+    """``responders`` whose ``name`` reply to questions containing ``question_part`` is refused for rate limits
+    the first ``times`` calls (as DSPy's engine raises it)."""
+    from dspy import lm15
+
+    left = {"n": times}
+    inner = responders[name]
+
+    def refusing(inputs):
+        if question_part in inputs.get("question", "") and left["n"] > 0:
+            left["n"] -= 1
+            raise lm15.RateLimitError("429 too many requests", retry_after=0.0)
+        return inner(inputs)
+
+    return {**responders, name: refusing}
+
+
+@pytest.fixture
+def quick_backoff(monkeypatch):
+    import nemori_dspy.eval.runner as runner
+
+    monkeypatch.setattr(runner, "RATE_LIMIT_WAIT_S", 0.01)
+
+
+@pytest.mark.parametrize("stage", ["AnswerQuestion", "JudgeAnswer"])
+def test_a_rate_limited_question_is_asked_again_after_a_pause_not_scored_wrong(tmp_path, synthetic_mini,
+                                                                             quick_backoff, stage):
+    # "When did Elias finish the Lakeside …" is the one question the scripted judge finds CORRECT (nemori)
+    refused = _refused_for("When did Elias finish", 2, default_responders(), stage)  # 2 = both attempts of a call
+    summary = _locomo(tmp_path, synthetic_mini, "run", ScriptedLM(refused), 4)
+    row = next(r for r in summary.rows if r["system"] == "nemori" and "When did Elias finish" in r["question"])
+    assert row["answer"] == "7 May 2023" and row["judge"] == 1.0 and "answer_error" not in row
+    assert summary.counters["answer_rate_limit_pauses"] == 1 and "answers_rate_limited" not in summary.counters
+    assert summary.scores["nemori"]["judge.overall"] == 1 / 20 and summary.judge.failures == 0
+
+
+def test_a_question_still_refused_is_left_unanswered_for_resume(tmp_path, synthetic_mini, quick_backoff, capsys):
+    from nemori_dspy.apps.cli.evaluate import print_summary
+
+    refused = _refused_for("When did Elias finish", 100, default_responders())  # both systems' answers refused
+    summary = _locomo(tmp_path, synthetic_mini, "run", ScriptedLM(refused), 4)
+    assert not [r for r in summary.rows if "When did Elias finish" in r["question"]]  # not scored at all
+    assert len(summary.rows) == 38 and summary.counters["answers_rate_limited"] == 2
+    assert summary.counters["answer_rate_limit_pauses"] == 2 * 2  # num_retries=2 pauses per question
+    print_summary(summary, 1.0)
+    assert "RATE LIMITED 2 answers" in capsys.readouterr().out
+    resumed = _locomo(tmp_path, synthetic_mini, "run", ScriptedLM(default_responders()), 4, resume=True)
+    assert len(resumed.rows) == 40 and resumed.scores["nemori"]["judge.overall"] == 1 / 20

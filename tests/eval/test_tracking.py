@@ -183,3 +183,37 @@ def test_prompt_versions_follow_the_text_that_runs(mlflow_db):
     state["episodic.narrate.predict"]["demos"] = [{"messages": "m", "cue": "c", "narrative": "n"}]
     assert register_prompts(stage_prompts(ProgramModel(settings, state)))["narrate"] == 3  # demos count too
     assert register_prompts(tuned)["narrate"] == 2 and register_prompts(default) == first  # texts that ran before
+
+
+def test_a_threaded_eval_logs_every_answer_once_each_in_its_own_trace(tmp_path, monkeypatch, mlflow_db):
+    """--concurrency 4: answers finish out of order in worker threads; the table, the progress steps and the traces
+    still hold each answer once, and each answer's trace holds that question's own LLM calls."""
+    import time
+
+    from nemori_dspy.eval.locomo import load_locomo
+
+    responders = default_responders()
+    answer = responders["AnswerQuestion"]
+
+    def uneven(inputs: dict[str, str]) -> str:
+        time.sleep(0.03 * (len(inputs["question"]) % 3))  # later questions may finish first
+        return answer(inputs)
+
+    responders["AnswerQuestion"] = uneven
+    install_scripted_runtime(monkeypatch, tmp_path / "cache", ScriptedLM(responders))
+    assert main(_args(tmp_path, "--system", "nemori,no-memory", "--max-questions", "6", "--concurrency", "4")) == 0
+    client, run_id = _client(tmp_path), _parent(tmp_path)
+    rows = _rows(run_id)
+    assert len(rows) == len(set(rows)) == 12
+    history = client.get_metric_history(run_id, "progress.answers")
+    assert sorted(m.value for m in history) == [float(i) for i in range(1, 13)]
+    assert client.get_run(run_id).data.params["concurrency"] == "4"
+    questions = {q.index: q.question for q in load_locomo(SYNTHETIC_MINI)[0].questions}
+    traces = [t for t in mlflow.search_traces(run_id=run_id, return_type="list", max_results=1000)
+              if t.info.tags.get("mlflow.traceName", "").startswith("answer ")]
+    assert len(traces) == 12
+    for t in traces:
+        stages = sorted(s.attributes["nemori.stage"] for s in t.data.spans if "nemori.stage" in s.attributes)
+        assert stages == ["answer", "judge"]  # its own two calls, none of another thread's
+        asked = next(s for s in t.data.spans if s.attributes.get("nemori.stage") == "answer")
+        assert questions[int(t.info.tags["question"])] in json.dumps(asked.inputs)

@@ -85,7 +85,8 @@ def named_slice_ids(slice_name: str, conversations: str | None, sessions: str | 
                    "as scorers (memory is built as usual; not with --resume or --no-mlflow)")
 @_eval_options("locomo", "SQLite store file to build into (default: a store under ~/.cache/nemori-dspy/memory/ "
                          "keyed by everything that shapes memory, reused by later runs)",
-               "conversations whose memory is built at once")
+               "conversations whose memory is built at once, then questions answered and judged at once "
+               "(threads; for a hosted model, e.g. 16)")
 def eval_locomo(**flags: Any) -> int:
     """``eval locomo``: memory per conversation, answers per system, judge panel, MLflow record, summary."""
     from nemori_dspy.eval.genai import question_records, slice_input
@@ -121,6 +122,7 @@ def eval_locomo(**flags: Any) -> int:
                 "max_questions": flags["max_questions"], "model_label": rt.model_label, "embedder": embedder_name,
                 "sessions": sessions.label() if sessions else "all",
                 "program": ",".join(flags["program"]) or None,
+                "concurrency": flags["concurrency"],
                 "server": _flags(rt.server), "judge_server": _flags(rt.judge_server)}
 
     records = question_records(conversations, SCORED_CATEGORIES, flags["max_questions"])
@@ -133,6 +135,7 @@ def eval_locomo(**flags: Any) -> int:
                            concurrency=flags["concurrency"], **observer)
         judge = None if flags["no_judge"] else locomo_judges(settings, rt, locomo_audit_pairs(
             conversations, opts.categories, opts.max_questions, settings.judge_audit))
+        _print_estimate(rt, provider, conversations, opts, judge, out)
         tracker = _note_judges(observer, judge)
         if flags["genai"]:
             from nemori_dspy.eval.genai import evaluate_locomo
@@ -156,7 +159,7 @@ def eval_locomo(**flags: Any) -> int:
 @click.option("--system", default="nemori,no-memory", help="comma-separated systems, as for eval locomo")
 @_eval_options("longmemeval", "SQLite store file to build into (default: a reused store under "
                               "~/.cache/nemori-dspy/memory/, as for eval locomo)",
-               "questions whose memory is built at once")
+               "questions whose memory is built at once, then answered and judged at once (threads)")
 def eval_longmemeval(**flags: Any) -> int:
     """``eval longmemeval``: one memory per question, the per-type LongMemEval judges
     (``eval/longmemeval_runner.py``)."""
@@ -283,6 +286,21 @@ def _run_benchmark(ctx: RunContext, flags: dict[str, Any], systems: list[Any], o
     return 0
 
 
+def _print_estimate(rt: Any, provider: Any, conversations: list[Any], opts: Any, judge: Any, out: Path) -> None:
+    """The cost estimate of a LoCoMo run (``eval.cost_estimate``), before it starts: a table when a model it calls is
+    priced, one ``unpriced`` line for a hosted model litellm cannot price, nothing for the embedded local models."""
+    from nemori_dspy.eval.cost_estimate import estimate_locomo_cost
+    from nemori_dspy.eval.runner import answered_keys
+
+    done = answered_keys(out / "results.jsonl") if opts.resume else set()
+    estimate = estimate_locomo_cost(conversations, opts.systems, opts.categories, opts.max_questions, rt,
+                                    provider.memory(opts.systems[0]).pipeline, provider.is_built, done,
+                                    judge.metrics if judge is not None else [],
+                                    len(judge.audit_pairs) if judge is not None else 0)
+    if estimate.priced or rt.settings.model != "local":
+        print(estimate.text(), flush=True)
+
+
 def _flags(server: Any) -> dict[str, Any]:
     """A model server's flags without its port (which changes per run)."""
     return {k: v for k, v in (server.flags if server else {}).items() if k != "port"}
@@ -354,8 +372,10 @@ def print_summary(result: RunResult, seconds: float, local: bool = True) -> None
     _print_audit_and_activity(result)
     _print_coverage_and_counters(result)
     where = " this invocation" if result.resumed_answers else ""
+    threads = f" in {result.concurrency} threads" if result.concurrency > 1 else ""
     print(f"total {seconds / 60:.1f} min{where} (memory construction {result.ingest_seconds / 60:.1f} min"
-          f"{' over the whole run' if where else ''})")
+          f"{' over the whole run' if where else ''}; answering and judging {result.answer_seconds / 60:.1f} min"
+          f"{threads})")
 
 
 def _print_cost(result: RunResult, local: bool) -> None:
@@ -422,6 +442,10 @@ def _print_coverage_and_counters(result: RunResult) -> None:
               "(scored as empty answers; each row's answer_error says why)")
     if result.reused_memory:
         print(f"reused memory built by an earlier run: {', '.join(result.reused_memory)}")
+    if c.get("answers_rate_limited"):
+        print(f"RATE LIMITED {c['answers_rate_limited']} answers: the provider still refused after litellm's "
+              f"retries and {c.get('answer_rate_limit_pauses', 0)} pauses; not answered, not scored. Run again with "
+              "--resume (same --out) to ask them, or lower --concurrency")
     if result.resumed_answers:
         print(f"resumed: {result.resumed_answers} answers were already in results.jsonl")
     if result.parked:
