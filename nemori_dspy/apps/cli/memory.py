@@ -184,6 +184,7 @@ def search(**flags: Any) -> int:
         memory = open_memory(flags, stack, llm=False)
         res = search_payload(memory.search(flags["user"], flags["query"], top_k=top_k, semantic_top_k=top_k,
                                            metadata=parse_metadata(flags["metadata"])))
+        pending = memory.status(flags["user"]).pending
     if flags["as_json"]:
         print(json.dumps(res, ensure_ascii=False))
         return 0
@@ -193,6 +194,8 @@ def search(**flags: Any) -> int:
         print(f"semantic {s['id']}  {s['score']:.3f}  {s['text']}")
     if not res["episodes"] and not res["semantic"]:
         print("(nothing found)")
+    if pending:
+        print(f"({pending} message(s) not yet in memory: run `nemori-dspy flush --user {flags['user']}` to build it)")
     return 0
 
 
