@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute"]
+           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -182,7 +182,7 @@ def content_words(text: str, speakers: set[str]) -> list[str]:
     """Words of ``text`` (case-folded) that are not in ``SOCIAL_WORDS``, not a speaker's (first) name and not
     one letter."""
     names = {w for s in speakers for w in _key(s).split()}
-    return [w for w in _WORDS.findall(text.casefold().replace("’", "'"))
+    return [w for w in _lower_words(text)
             if len(w) > 1 and w not in SOCIAL_WORDS and w not in names and not w.isdigit()]
 
 
@@ -196,7 +196,7 @@ def carries_no_fact(text: str, speakers: set[str]) -> bool:
     words = content_words(text, speakers)
     if not words:
         return True
-    return len(words) == 1 and not FIRST_PERSON & set(_WORDS.findall(text.casefold().replace("’", "'")))
+    return len(words) == 1 and not FIRST_PERSON & set(_lower_words(text))
 
 
 def quote_text(text: str, max_chars: int = ATTRIBUTED_QUOTE_CHARS) -> str:
@@ -312,13 +312,19 @@ def _first_names(lines: list[SourceLine]) -> dict[str, str]:
     return {who.split()[0].casefold(): who.split()[0] for who, _, _ in lines if who.strip()}
 
 
-def _named(text: str, first_names: set[str]) -> set[str]:
+def people_named(text: str, speakers: set[str]) -> set[str]:
+    """The ``speakers`` (case-folded first names) that ``text`` names, possessives included ("Mel's" → "mel")."""
     words = {w.casefold().removesuffix("'s").removesuffix("’s") for w in re.findall(r"[\w'’]+", text)}
-    return first_names & words
+    return speakers & words
+
+
+def _lower_words(text: str) -> list[str]:
+    """Case-folded words of ``text``, curly apostrophes made straight (so "I’m" is "i'm")."""
+    return _WORDS.findall(text.casefold().replace("’", "'"))
 
 
 def _person_counts(text: str) -> tuple[int, int]:
-    words = _WORDS.findall(text.casefold().replace("’", "'"))
+    words = _lower_words(text)
     return sum(w in FIRST_PERSON for w in words), sum(w in SECOND_PERSON for w in words)
 
 
@@ -344,7 +350,7 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
     Anything less clear leaves the insight as it is: a message about its listener ("Your kids are so sweet, Mel!")
     never moves a fact to its speaker."""
     first = _first_names(lines)
-    named = _named(insight, set(first))
+    named = people_named(insight, set(first))
     if len(first) < 2 or len(named) != 1:
         return None
     (who,) = named
@@ -363,11 +369,11 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
         return None
     share, key, tops = others[0]
     if (_clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops)
-            and not any(who in _named(c, {who}) for c in tops)):
+            and not any(who in people_named(c, {who}) for c in tops)):
         return first[who], first[key]
     if (_clear(own, len(words)) and own > share and len(first) == 2
             and all(_speaks_of(c) == "listener" for c in own_tops)
-            and not SECOND_PERSON & set(_WORDS.findall(insight.casefold().replace("’", "'")))):
+            and not SECOND_PERSON & set(_lower_words(insight))):
         return first[who], first[key]
     return None
 

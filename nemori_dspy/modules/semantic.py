@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import SourceLine, dated_message_lines, rule_insight, source_lines
+from ..insight_rules import SourceLine, dated_message_lines, people_named, rule_insight, source_lines
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..temporal import strip_relative_notes
@@ -448,12 +448,6 @@ class SemanticDistillation(dspy.Module):
 def _speakers(episode: Episode) -> set[str]:
     """Case-folded first names of the episode's speakers (the people its facts are about)."""
     return {m.speaker.split()[0].casefold() for m in episode.messages if m.speaker.strip()}
-
-
-def people_named(text: str, speakers: set[str]) -> set[str]:
-    """The ``speakers`` (case-folded first names) that ``text`` names, possessives included ("Mel's" → "mel")."""
-    words = {w.casefold().removesuffix("'s").removesuffix("’s") for w in re.findall(r"[\w'’]+", text)}
-    return speakers & words
 
 
 def same_person_candidates(insight: str, cands: list[tuple[SemanticEntry, float]], speakers: set[str]

@@ -184,10 +184,10 @@ def search(**flags: Any) -> int:
         memory = open_memory(flags, stack, llm=False)
         res = search_payload(memory.search(flags["user"], flags["query"], top_k=top_k, semantic_top_k=top_k,
                                            metadata=parse_metadata(flags["metadata"])))
+        if flags["as_json"]:
+            print(json.dumps(res, ensure_ascii=False))
+            return 0
         pending = memory.status(flags["user"]).pending
-    if flags["as_json"]:
-        print(json.dumps(res, ensure_ascii=False))
-        return 0
     for e in res["episodes"]:
         print(f"episode {e['id']}  {e['score']:.3f}  [{e['start'][:16]}]  {e['cue']}")
     for s in res["semantic"]:
