@@ -121,7 +121,9 @@ def load_program_ref(ref: str | Sequence[str] | None, settings: "NemoriSettings"
         uri = tracking_uri(settings)
     state = load_program(programs[0], uri) if programs else None
     if prompts:
-        import mlflow
+        from nemori_dspy.extras import require
+
+        mlflow = require("mlflow", "--program prompts:/...")
 
         from nemori_dspy.eval.tracking import load_stage_prompt
 

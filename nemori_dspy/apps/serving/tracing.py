@@ -18,6 +18,7 @@ from typing import Any, ContextManager, Iterator
 import dspy
 
 from nemori_dspy.config import NemoriSettings
+from nemori_dspy.extras import require
 
 __all__ = ["ServeTracer", "serve_tracer", "traced_ops"]
 
@@ -30,11 +31,11 @@ class ServeTracer:
     Args:
         settings: ``mlflow_tracking_uri`` and ``mlflow_experiment`` say where the traces go.
     Raises:
-        ModuleNotFoundError: MLflow is not installed (``pip install "nemori-dspy[mlflow]"``).
+        MissingExtraError: MLflow is not installed (``pip install "nemori-dspy[mlflow]"``).
     """
 
     def __init__(self, settings: NemoriSettings) -> None:
-        import mlflow
+        mlflow = require("mlflow", "serve tracing (--trace)")
 
         from nemori_dspy.eval.tracing import LMSpans
         from nemori_dspy.eval.tracking import set_experiment, tracking_uri
@@ -57,7 +58,7 @@ class ServeTracer:
 
     def close(self) -> None:
         """Write out the traces still queued (MLflow exports them in the background)."""
-        import mlflow
+        mlflow = require("mlflow", "serve tracing (--trace)")
 
         mlflow.flush_trace_async_logging()
 
