@@ -22,27 +22,45 @@ repeated call free, so a rerun costs less than estimated; embedding calls are no
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Iterable
 
 from pydantic import BaseModel, Field
 
+from nemori_dspy.errors import DatasetError
+from nemori_dspy.stages import CONSTRUCTION_STAGES
 from nemori_dspy.eval.baselines import CHARS_PER_TOKEN, context_budget_chars, render_turn
 from nemori_dspy.eval.locomo import LoCoMoConversation, stratified_questions
 from nemori_dspy.eval.systems import PAPER_CONSTRUCTION, System
 
 __all__ = ["PhaseEstimate", "CostEstimate", "price", "estimate_locomo_cost", "CONSTRUCTION_PER_100_TURNS",
+           "RATES_PATH",
            "CONSTRUCTION_OUTPUT_SHARE", "ANSWER_OUTPUT_TOKENS", "JUDGE_OUTPUT_TOKENS", "PAPER_CONTEXT_TOKENS"]
+
+#: the measured rates behind CONSTRUCTION_PER_100_TURNS (data, so no stage list is kept in code).
+RATES_PATH = Path(__file__).with_name("construction_rates.json")
+
+
+def _load_rates(path: Path = RATES_PATH) -> dict[str, dict[str, tuple[float, float]]]:
+    """(calls, input + output tokens) per 100 turns per construction stage, for ``"default"`` and ``"paper"``.
+
+    Raises:
+        DatasetError: a stage in the file is not a construction stage of ``nemori_dspy.stages``.
+    """
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    out = {cfg: {stage: (float(c), float(t)) for stage, (c, t) in raw[cfg].items()} for cfg in ("default", "paper")}
+    unknown = {stage for rates in out.values() for stage in rates} - set(CONSTRUCTION_STAGES)
+    if unknown:
+        raise DatasetError(f"{path}: {sorted(unknown)} are no construction stages. Fix: use the names of "
+                           "nemori_dspy.stages.CONSTRUCTION_STAGES.")
+    return out
+
 
 #: (calls, input + output tokens) per 100 turns per construction stage, measured on LoCoMo conv-26/30/41/42/43,
 #: sessions 1-3 (327 turns; ``benchmarks/results/construction-local_0.5b-20261201-220155.json``), for the
-#: default configuration and for the paper's (``nemori-paper``).
-CONSTRUCTION_PER_100_TURNS: dict[str, dict[str, tuple[float, float]]] = {
-    "default": {"partition": (4.59, 5556), "narrate": (11.01, 16907), "anticipate": (0.31, 253),
-                "distill": (5.50, 7120)},
-    "paper": {"partition": (7.65, 8559), "narrate": (8.56, 10428), "select": (3.67, 2575),
-              "integrate": (3.67, 3340), "anticipate": (8.26, 3824), "distill": (8.56, 12809),
-              "consolidate": (6.12, 3469)},
-}
+#: default configuration and for the paper's (``nemori-paper``); read from ``RATES_PATH``.
+CONSTRUCTION_PER_100_TURNS: dict[str, dict[str, tuple[float, float]]] = _load_rates()
 #: share of a construction stage's tokens that are output (narratives, insights, decisions): a rough figure; the
 #: local runs on record wrote 6-8 % of all their tokens (docs/measurements.md).
 CONSTRUCTION_OUTPUT_SHARE = 0.10
