@@ -83,27 +83,20 @@ def default_systems() -> list[str]:
 
 
 def resolve_slice(name: str) -> tuple[list[str] | None, str | None]:
-    """``--slice NAME`` → (conversation ids or None for all, sessions ``"A-B"`` or None for all).
-
-    Named slices come from ``eval.locomo.SLICES`` (name → a mapping or object with ``conversations`` and
-    ``sessions``; sessions as ``"A-B"`` or an ``eval.locomo.SessionSlice``).
+    """``--slice NAME`` → (conversation ids, sessions ``"A-B"`` or None for all), from ``eval.locomo.NAMED_SLICES``
+    (the same names ``eval locomo --slice`` takes).
 
     Raises:
         ConfigError: no such named slice (the message lists the known ones).
     """
-    from nemori_dspy.eval import locomo
+    from nemori_dspy.errors import DatasetError
+    from nemori_dspy.eval.locomo import named_slice
 
-    slices = getattr(locomo, "SLICES", {}) or {}
-    if name not in slices:
-        known = ", ".join(slices) or "none defined yet"
-        raise ConfigError(f"unknown --slice {name!r} (known: {known}). Fix: pass a known name, or "
-                          "--conversations and --sessions.")
-    entry = slices[name]
-    get = entry.get if isinstance(entry, dict) else (lambda key, e=entry: getattr(e, key, None))
-    convs, sessions = get("conversations"), get("sessions")
-    if sessions is not None and not isinstance(sessions, str):
-        sessions = sessions.label()
-    return (list(convs) if convs else None), sessions
+    try:
+        ids, sessions = named_slice(name)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from exc
+    return (list(ids) or None), (sessions.label() if sessions is not None else None)
 
 
 def construction_groups(systems: list[System]) -> list[list[System]]:

@@ -109,15 +109,13 @@ def test_default_systems_are_the_table5_ones_that_exist():
     assert set(names) == set(ablation.DEFAULT_SYSTEMS) & set(SYSTEMS)
 
 
-def test_named_slices_resolve_and_unknown_ones_fail_with_a_fix(monkeypatch):
+def test_named_slices_resolve_as_eval_locomo_resolves_them_and_unknown_ones_fail_with_a_fix(monkeypatch):
     from nemori_dspy.eval import locomo
 
-    monkeypatch.setattr(locomo, "SLICES", {"tiny": {"conversations": ["synth-1"], "sessions": "1-2"},
-                                           "obj": type("S", (), {"conversations": None,
-                                                                 "sessions": locomo.SessionSlice(first=1, last=3)})()},
-                        raising=False)
-    assert resolve_slice("tiny") == (["synth-1"], "1-2") and resolve_slice("obj") == (None, "1-3")
-    with pytest.raises(ConfigError, match="unknown --slice 'nope'.*Fix:"):
+    assert resolve_slice("memory") == (["conv-49"], None)  # the real named slice of `eval locomo --slice`
+    monkeypatch.setitem(locomo.NAMED_SLICES, "tiny", (("synth-1",), locomo.SessionSlice(first=1, last=2), "test"))
+    assert resolve_slice("tiny") == (["synth-1"], "1-2")
+    with pytest.raises(ConfigError, match="unknown slice.*Fix: use one of memory"):
         resolve_slice("nope")
 
 
