@@ -347,7 +347,7 @@ def test_program_from_a_run_reuses_its_memory_and_report_compares_the_runs(tmp_p
     assert len(narrate) == 3 and narrate[-1].split()[-1] == "DIFFERS"  # cost rows of A and B, then the prompt row
 
 
-_HEAVY = ("dspy", "litellm", "torch", "mlflow", "sentence_transformers", "onnxruntime", "nltk")
+_HEAVY = ("dspy", "litellm", "torch", "mlflow", "sentence_transformers", "onnxruntime", "nltk", "pydantic_settings")
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["eval", "locomo", "--help"], ["optimize", "--help"],
@@ -355,7 +355,8 @@ _HEAVY = ("dspy", "litellm", "torch", "mlflow", "sentence_transformers", "onnxru
                                   ["eval", "locomo", "--max-questions", "0"], ["no-such-command"]])
 def test_help_and_argument_errors_import_no_heavy_library(argv):
     """``--help`` and argument errors stay fast: a fresh interpreter runs ``main(argv)`` and then lists which of
-    dspy, litellm, torch, mlflow, sentence-transformers, onnxruntime and nltk it imported (none may be)."""
+    dspy, litellm, torch, mlflow, sentence-transformers, onnxruntime, nltk and pydantic-settings (the settings
+    flags' help comes from ``setting_flags.json``) it imported (none may be)."""
     import subprocess
     import sys
 
@@ -365,6 +366,16 @@ def test_help_and_argument_errors_import_no_heavy_library(argv):
                           cwd=Path(__file__).resolve().parents[1])
     loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED=")]
     assert loaded == ["LOADED="], done.stderr[-2000:]
+
+
+def test_the_settings_flags_file_is_what_the_settings_model_gives():
+    """``setting_flags.json`` (help and type of every settings flag, read by ``--help``) is regenerated whenever a
+    settings field changes. Fix when this fails: ``python -m nemori_dspy.apps.cli.options``."""
+    from nemori_dspy.apps.cli.options import SETTING_FLAGS_FILE, live_setting_flags, setting_type
+
+    assert json.loads(SETTING_FLAGS_FILE.read_text(encoding="utf-8")) == live_setting_flags()
+    assert list(setting_type("distillation").choices) == ["prediction_error", "direct"]
+    assert setting_type("window_size").name == "integer"
 
 
 def test_no_judge_run_says_so_instead_of_naming_a_judge(tmp_path, scripted_runtime, capsys):

@@ -6,13 +6,17 @@ whose help is the field's description, default and env var; ``settings_from_flag
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import typing
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 __all__ = ["SETTING_FLAGS", "EVAL_SETTINGS", "OPTIMIZE_SETTINGS", "MEMORY_SETTINGS", "SLICE_HELP", "POSITIVE_INT",
-           "setting_help", "setting_type", "setting_options", "configure_logging", "verbose_option", "no_cache_option", "out_option", "data_option", "db_option",
+           "SETTING_FLAGS_FILE", "live_setting_flags", "setting_help", "setting_type", "setting_options", "configure_logging", "verbose_option", "no_cache_option", "out_option", "data_option", "db_option",
            "program_and_tracking_options", "compose"]
 
 #: CLI flag → settings field, for flags that map one-to-one (every eval and optimize).
@@ -60,33 +64,74 @@ def compose(*decorators: Decorator) -> Decorator:
     return apply
 
 
-def setting_help(name: str) -> str:
-    """``--help`` text of a settings flag: the field's description, default and env var."""
+#: the settings flags' help and type, generated from ``NemoriSettings`` (``python -m nemori_dspy.apps.cli.options``)
+#: so that ``--help`` needs no pydantic-settings import; ``tests/apps/test_cli_options.py`` fails when it is stale.
+SETTING_FLAGS_FILE = Path(__file__).with_name("setting_flags.json")
+
+
+def live_setting_flags() -> dict[str, dict[str, Any]]:
+    """``{field: {"help": str, "type": "int" | "float" | "bool" | "str" | [choices...]}}`` for every
+    ``NemoriSettings`` field, computed from the model (imports pydantic-settings; what ``setting_flags.json`` holds)."""
     from nemori_dspy.config import NemoriSettings
 
-    field = NemoriSettings.model_fields[name]
-    choices = getattr(field.annotation, "__args__", None) if "Literal" in str(field.annotation) else None
-    allowed = f"one of {', '.join(map(str, choices))}; " if choices else ""
+    return {name: {"help": _help_of(name, field), "type": _type_of(field.annotation)}
+            for name, field in NemoriSettings.model_fields.items()}
+
+
+def _help_of(name: str, field: Any) -> str:
+    choices = _choices(field.annotation)
+    allowed = f"one of {', '.join(choices)}; " if choices else ""
     return f"{field.description or name} ({allowed}default: {field.default}; env NEMORI_{name.upper()})"
+
+
+def _choices(annotation: Any) -> list[str] | None:
+    """The values of a ``Literal`` (optional or not) annotation as strings, else None."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(a) for a in typing.get_args(annotation)]
+    if len(args) == 1 and typing.get_origin(args[0]) is typing.Literal:  # Optional[Literal[...]]
+        return [str(a) for a in typing.get_args(args[0])]
+    return None
+
+
+def _type_of(annotation: Any) -> str | list[str]:
+    choices = _choices(annotation)
+    if choices is not None:
+        return choices
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if len(args) == 1:  # Optional[X]
+        annotation = args[0]
+    return {int: "int", float: "float", bool: "bool"}.get(annotation, "str")
+
+
+@functools.cache
+def _setting_flags() -> dict[str, dict[str, Any]]:
+    if not SETTING_FLAGS_FILE.exists():  # being regenerated: the model itself (slower, same answer)
+        return live_setting_flags()
+    return json.loads(SETTING_FLAGS_FILE.read_text(encoding="utf-8"))
+
+
+def setting_help(name: str) -> str:
+    """``--help`` text of a settings flag: the field's description, default and env var (from ``setting_flags.json``).
+
+    Raises:
+        KeyError: ``name`` is no settings field.
+    """
+    return _setting_flags()[name]["help"]
 
 
 def setting_type(name: str) -> click.ParamType:
     """The click type of a settings flag, from the field's annotation: a ``Literal`` → ``click.Choice``, ``int`` /
     ``float`` / ``bool`` (optional or not) → ``click.INT`` / ``FLOAT`` / ``BOOL``, anything else ``click.STRING`` (the
-    settings object validates it)."""
-    import typing
+    settings object validates it).
 
-    from nemori_dspy.config import NemoriSettings
-
-    annotation = NemoriSettings.model_fields[name].annotation
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is typing.Literal:
-        return click.Choice([str(a) for a in typing.get_args(annotation)])
-    if len(args) == 1:  # Optional[X]
-        annotation = args[0]
-        if typing.get_origin(annotation) is typing.Literal:
-            return click.Choice([str(a) for a in typing.get_args(annotation)])
-    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING)
+    Raises:
+        KeyError: ``name`` is no settings field.
+    """
+    kind = _setting_flags()[name]["type"]
+    if isinstance(kind, list):
+        return click.Choice(kind)
+    return {"int": click.INT, "float": click.FLOAT, "bool": click.BOOL}.get(kind, click.STRING)
 
 
 def setting_options(names: tuple[str, ...], short_help: bool = False) -> Decorator:
@@ -159,3 +204,9 @@ def program_and_tracking_options() -> Decorator:
                      help="also register the program that ran as an MLflow model under this name"),
         click.option("--no-judge", is_flag=True, help="skip the LLM judge"),
         click.option("--no-mlflow", is_flag=True, help="do not log to MLflow"))
+
+
+if __name__ == "__main__":  # regenerate setting_flags.json after a settings field changes
+    SETTING_FLAGS_FILE.write_text(json.dumps(live_setting_flags(), indent=1, ensure_ascii=False) + "\n",
+                                  encoding="utf-8")
+    print(f"wrote {SETTING_FLAGS_FILE}")
