@@ -9,7 +9,8 @@ dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory b
 * **fact support**: share of semantic entries that a message (or two consecutive messages) of their source
   episode(s) states, that are not a fragment (``junk.is_fragment``), not a verbatim copy of one message
   (``insight_rules.is_verbatim_copy``) and not junk;
-* **narrative faithfulness**: share of narrative sentences that a message window of their episode states;
+* **narrative faithfulness**: share of narrative sentences that a message window of their episode states and that
+  credit no speaker with another's words (``insight_rules.misattributed_to``);
 * **narrative coverage**: share of the gold observations lying in an episode (by dia_id) that the episode's
   narrative states;
 * **junk**: entries and narratives that echo an instruction, a field description or a placeholder
@@ -276,9 +277,10 @@ class FactVerdict(BaseModel):
 
 
 class NarrativeVerdict(BaseModel):
-    """One live episode: ``sentences`` of its narrative with ``supported`` flags (same order), ``junk`` of the
-    narrative (reason or None), the gold observations lying in it (``gold``) and those it states (``covered``),
-    both indexes into ``MemoryAudit.golds``."""
+    """One live episode: ``sentences`` of its narrative with ``supported`` and ``misattributed`` flags (same order; a
+    sentence crediting one speaker with another's words, ``insight_rules.misattributed_to``, is never supported,
+    though a window holding both speakers' messages states it), ``junk`` of the narrative (reason or None), the gold
+    observations lying in it (``gold``) and those it states (``covered``), both indexes into ``MemoryAudit.golds``."""
 
     id: str
     cue: str
@@ -288,6 +290,7 @@ class NarrativeVerdict(BaseModel):
     sentences: list[str]
     supported: list[bool]
     junk: str | None
+    misattributed: list[bool] = Field(default_factory=list)
     gold: list[int] = Field(default_factory=list)
     covered: list[int] = Field(default_factory=list)
 
@@ -416,7 +419,10 @@ def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
     for ep in episodes:
         sents = sentences(ep.narrative)
         windows = _windows(ep.messages)
-        supported = matcher.match_matrix(sents, windows).any(axis=1) if sents and windows else np.zeros(len(sents))
+        matched = matcher.match_matrix(sents, windows).any(axis=1) if sents and windows else np.zeros(len(sents))
+        lines = source_lines(ep.messages)
+        wrong = [misattributed_to(x, lines) is not None for x in sents]
+        supported = [bool(m) and not w for m, w in zip(matched, wrong)]
         located = [i for i, g in enumerate(golds) if any(where.get(d) == ep.id for d in g.dia_ids)]
         candidates = with_adjacent_pairs(sents)
         hits = matcher.match_matrix([golds[i].text for i in located], candidates) if candidates else None
@@ -424,7 +430,7 @@ def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
         out.append(NarrativeVerdict(
             id=ep.id, cue=ep.cue, narrative=ep.narrative,
             sessions=sorted({s for m in ep.message_ids if (s := session_of(m)) is not None}),
-            messages=len(ep.message_ids), sentences=sents, supported=[bool(x) for x in supported],
+            messages=len(ep.message_ids), sentences=sents, supported=supported, misattributed=wrong,
             junk=junk_reason(ep.narrative), gold=located, covered=covered))
     return out
 
@@ -646,8 +652,9 @@ def _print_audit(audit: MemoryAudit) -> None:
     for n in audit.narratives:
         print(f"\n[episode {n.id}] sessions {n.sessions}, {n.messages} messages, junk={n.junk}, gold in it "
               f"{len(n.gold)}, stated {len(n.covered)}\n  cue: {n.cue}")
-        for s, ok in zip(n.sentences, n.supported):
-            print(f"  {'+' if ok else '-'} {s}")
+        wrong = n.misattributed or [False] * len(n.sentences)
+        for s, ok, bad in zip(n.sentences, n.supported, wrong):
+            print(f"  {'+' if ok else '-'} {s}{'  [MISATTRIBUTED]' if bad else ''}")
         for i in n.gold:
             print(f"    gold {'stated' if i in n.covered else 'MISSED'}: {audit.golds[i].text}")
     print("\nfacts (supported / fragment / copy / junk → gold stated):")

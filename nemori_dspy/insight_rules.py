@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute"]
+           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute",
+           "reattribute_sentences"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -397,3 +398,19 @@ def reattribute(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
         return insight, False
     named, speaker = found
     return re.sub(rf"\b{re.escape(named)}\b", speaker, insight, flags=re.IGNORECASE), True
+
+
+def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]:
+    """``(text, moved)``: a narrative with each sentence that credits the wrong speaker (``misattributed_to``, judged
+    sentence by sentence against the episode's messages ``lines``) put right, and how many sentences moved. A
+    narrative that moves nothing comes back unchanged; one that does comes back with its spaces collapsed (as
+    ``split_sentences`` reads it). "Caroline also mentioned that she had painted a sunset over a lake" from Melanie's
+    "I painted that lake sunset" names Melanie; a sentence naming both speakers is never changed."""
+    flat = " ".join(text.split())
+    moved = 0
+    for sentence in split_sentences(flat):
+        fixed, changed = reattribute(sentence, lines)
+        if changed and sentence in flat:
+            flat = flat.replace(sentence, fixed, 1)
+            moved += 1
+    return (flat, moved) if moved else (text, 0)

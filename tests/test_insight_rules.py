@@ -199,3 +199,15 @@ def test_a_tie_with_a_message_about_the_speaker_leaves_the_fact_alone():
              ("Caroline", "Is this your own painting?", None),
              ("Melanie", "Yes, I painted that lake at sunset, it's special to me.", None)]
     assert misattributed_to("Melanie's painting of the sunset over a lake is special to her.", lines) is None
+
+
+def test_a_narrative_sentence_crediting_the_wrong_speaker_is_put_right_and_the_rest_kept():
+    from nemori_dspy.insight_rules import reattribute_sentences
+
+    narrative = ("Caroline and Melanie caught up.  Melanie is looking into adoption agencies to become a single "
+                 "parent. Caroline told Melanie about adoption agencies.")
+    fixed, moved = reattribute_sentences(narrative, TWO_SPEAKERS)
+    assert moved == 1 and fixed == ("Caroline and Melanie caught up. Caroline is looking into adoption agencies to "
+                                    "become a single parent. Caroline told Melanie about adoption agencies.")
+    right = "Caroline is looking into adoption agencies.\nMelanie painted a lake at sunrise."
+    assert reattribute_sentences(right, TWO_SPEAKERS) == (right, 0)  # unchanged, line break and all

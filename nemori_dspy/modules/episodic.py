@@ -15,7 +15,7 @@ import dspy
 import numpy as np
 
 from ..errors import LLMError
-from ..insight_rules import carries_no_fact, is_chat_line, quote_text
+from ..insight_rules import carries_no_fact, is_chat_line, quote_text, reattribute_sentences, source_lines
 from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
@@ -153,6 +153,15 @@ def _is_junk(text: str) -> bool:
     """True if a non-empty P_nar / P_int ``text`` echoes an instruction or field description or is a placeholder
     (``junk.junk_reason``); an empty text is not junk here (an empty cue has its own fallback)."""
     return bool(text.strip()) and junk_reason(text) is not None
+
+
+def _speakers_put_right(narrative: str, msgs: Sequence[StoredMessage], counter: str) -> str:
+    """``narrative`` with sentences crediting the wrong speaker put right (``insight_rules.reattribute_sentences``
+    against ``msgs``), the number moved tallied as ``counter``."""
+    narrative, moved = reattribute_sentences(narrative, source_lines(msgs))
+    if moved:
+        tally(counter, moved)
+    return narrative
 
 
 def _day(t: datetime) -> str:
@@ -406,7 +415,9 @@ class EpisodicIntegration(dspy.Module):
 
     def _episode(self, user_id: str, msgs: list[StoredMessage], cue: str, narrative: str, window: int) -> Episode:
         """The episode of ``msgs`` narrated as (cue, narrative); v = emb(cue ‖ narrative). Sentences the narrative
-        repeats are dropped first (``junk.drop_repeated_sentences``; ``narrate_repeats_dropped``).
+        repeats are dropped first (``junk.drop_repeated_sentences``; ``narrate_repeats_dropped``), and a sentence
+        crediting one speaker with another's words gets the right name (``insight_rules.reattribute_sentences``;
+        ``narrate_reattributed``).
 
         Raises:
             LLMError: the narrative is empty (the messages stay buffered).
@@ -416,6 +427,7 @@ class EpisodicIntegration(dspy.Module):
         narrative, repeats = drop_repeated_sentences(narrative)
         if repeats:
             tally("narrate_repeats_dropped", repeats)
+        narrative = _speakers_put_right(narrative, msgs, "narrate_reattributed")
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")
@@ -434,6 +446,7 @@ class EpisodicIntegration(dspy.Module):
         if not narrative:
             raise LLMError("integration returned an empty narrative. Fix: retry later or use a stronger model.")
         cue, narrative = _merged_guard(old, new, cue, narrative)
+        narrative = _speakers_put_right(narrative, old.messages + new.messages, "integrate_reattributed")
         ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
         return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=old.messages + new.messages,

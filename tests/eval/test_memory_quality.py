@@ -203,3 +203,20 @@ def test_a_fact_crediting_the_wrong_speaker_is_counted_misattributed(tmp_path, s
     assert audit.metrics.misattributed == 1 and "misattributed" in mq.memory_table(
         [mq.MemoryQuality(system="nemori", conversations=[audit.metrics], aggregate=audit.metrics)])
     store.close()
+
+
+def test_a_narrative_sentence_crediting_the_wrong_speaker_is_not_faithful(tmp_path, session1):
+    """"Elias made four lopsided bowls" restates Noor's own D1:3; a window holding both speakers' lines matches it,
+    but the speaker check marks it misattributed and unsupported."""
+    store = SQLiteStore(tmp_path / "m.sqlite3")
+    emb = HashingEmbedder(64)
+    store.check_embedder(emb.name, emb.dim)
+    stored = store.add_messages(USER, session1.messages)[:4]
+    vec = emb.embed(["x"])[0].tolist()
+    narrative = "Noor went to her first pottery class. Elias made four lopsided bowls and one of them holds water."
+    store.commit_window(USER, 0, [Episode(id="ep0", user_id=USER, cue="pottery", narrative=narrative,
+                                          message_ids=[m.id for m in stored], start=stored[0].timestamp,
+                                          end=stored[-1].timestamp, vector=vec)], [])
+    (verdict,) = mq.audit_memory(store, session1, _matcher()).narratives
+    assert verdict.misattributed == [False, True] and verdict.supported[1] is False
+    store.close()

@@ -481,3 +481,13 @@ def test_a_looping_narrative_keeps_each_sentence_once_and_drops_the_cut_tail(tmp
     (ep,) = mem.list_episodes("u")
     assert ep.narrative == "Jon told Gina about his trip to Paris. Gina asked about the food. Jon said it was great."
     assert mem.usage.counters["narrate_repeats_dropped"] == 3 and lm.calls["NarrateEpisode"] == 1
+
+
+def test_a_narrative_sentence_crediting_the_wrong_speaker_gets_the_speaker_who_said_it(tmp_path):
+    """Jon went to Paris ("I went to Paris last week with my sister"); a narrative saying Gina did is put right,
+    and the stage-activity counter says so."""
+    narrative = "Jon greeted Gina. Gina went to Paris last week with her sister. Gina was amazed."
+    lm, mem = _narrated(tmp_path, lambda i: chat_reply(cue="Jon's trip to Paris", narrative=narrative))
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == "Jon greeted Gina. Jon went to Paris last week with her sister. Gina was amazed."
+    assert mem.usage.counters["narrate_reattributed"] == 1
