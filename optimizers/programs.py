@@ -23,6 +23,8 @@ from typing import Any
 import dspy
 
 from nemori_dspy.errors import ConfigError
+from nemori_dspy.insight_rules import dated_message_lines
+from nemori_dspy.modules.episodic import polish_narrative
 from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, pipeline_stage_owner
 from nemori_dspy.modules.semantic import predict_episode
 from nemori_dspy.stages import PIPELINE_PATHS
@@ -99,14 +101,18 @@ class StageProgram(dspy.Module):
 
 
 class NarrateProgram(StageProgram):
-    """P_nar alone: ``forward(messages) -> Prediction(cue, narrative)`` (inputs exactly as recorded)."""
+    """P_nar alone: ``forward(messages) -> Prediction(cue, narrative)`` (inputs exactly as recorded), the narrative
+    polished as the pipeline polishes it before storing (``modules.episodic.polish_narrative``: repeats dropped,
+    speakers put right). The pipeline's re-ask of an echoed or copied reply is not run here: the metric scores an
+    echo or a copy as 0."""
 
     def __init__(self, pipeline: NemoriPipeline) -> None:
         super().__init__(pipeline, ("narrate",))
 
     def forward(self, messages: str) -> dspy.Prediction:
         pred = self.call("narrate", messages=messages)
-        return dspy.Prediction(cue=str(pred.cue).strip(), narrative=str(pred.narrative).strip())
+        narrative = polish_narrative(str(pred.narrative).strip(), dated_message_lines(messages))
+        return dspy.Prediction(cue=str(pred.cue).strip(), narrative=narrative)
 
 
 def clean_insights(raw: object, episode_messages: str = "") -> list[str]:

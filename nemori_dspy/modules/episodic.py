@@ -15,7 +15,8 @@ import dspy
 import numpy as np
 
 from ..errors import LLMError
-from ..insight_rules import carries_no_fact, is_chat_line, quote_text, reattribute_sentences, source_lines
+from ..insight_rules import (SourceLine, carries_no_fact, is_chat_line, quote_text, reattribute_sentences,
+                             source_lines)
 from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
@@ -27,7 +28,7 @@ from .resources import Resources
 if TYPE_CHECKING:
     from ..config import NemoriSettings
 
-__all__ = ["EpisodicIntegration", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives",
+__all__ = ["EpisodicIntegration", "polish_narrative", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives",
            "FALLBACK_NARRATIVE_CHARS", "FALLBACK_QUOTE_CHARS", "fallback_narrative", "fallback_cue"]
 
 #: ``fallback_narrative``: at most this many characters in all, and per quoted message (about two sentences).
@@ -155,13 +156,32 @@ def _is_junk(text: str) -> bool:
     return bool(text.strip()) and junk_reason(text) is not None
 
 
-def _speakers_put_right(narrative: str, msgs: Sequence[StoredMessage], counter: str) -> str:
+def _speakers_put_right(narrative: str, lines: list[SourceLine], counter: str) -> str:
     """``narrative`` with sentences crediting the wrong speaker put right (``insight_rules.reattribute_sentences``
-    against ``msgs``), the number moved tallied as ``counter``."""
-    narrative, moved = reattribute_sentences(narrative, source_lines(msgs))
+    against the episode's message ``lines``), the number moved tallied as ``counter``."""
+    narrative, moved = reattribute_sentences(narrative, lines)
     if moved:
         tally(counter, moved)
     return narrative
+
+
+def polish_narrative(narrative: str, lines: list[SourceLine]) -> str:
+    """What the pipeline does to every P_nar narrative before storing it, and the narrate optimizer's program to
+    every output it scores (one code path, so what is tuned is what runs): sentences a looping reply repeats are
+    dropped (``junk.drop_repeated_sentences``; tallied ``narrate_repeats_dropped``), then a sentence crediting one
+    speaker with another's words gets the right name (``narrate_reattributed``).
+
+    Args:
+        narrative: the reply's narrative, stripped.
+        lines: the episode's messages as ``(speaker, content, YYYY-MM-DD or None)`` (``insight_rules.source_lines``
+            of stored messages, or ``dated_message_lines`` of the rendered prompt text).
+    Returns:
+        The narrative to store ("" stays "").
+    """
+    narrative, repeats = drop_repeated_sentences(narrative)
+    if repeats:
+        tally("narrate_repeats_dropped", repeats)
+    return _speakers_put_right(narrative, lines, "narrate_reattributed")
 
 
 def _day(t: datetime) -> str:
@@ -424,10 +444,7 @@ class EpisodicIntegration(dspy.Module):
         """
         s = self.res.settings
         cue, narrative = cue.strip(), narrative.strip()
-        narrative, repeats = drop_repeated_sentences(narrative)
-        if repeats:
-            tally("narrate_repeats_dropped", repeats)
-        narrative = _speakers_put_right(narrative, msgs, "narrate_reattributed")
+        narrative = polish_narrative(narrative, source_lines(msgs))
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")
@@ -446,7 +463,7 @@ class EpisodicIntegration(dspy.Module):
         if not narrative:
             raise LLMError("integration returned an empty narrative. Fix: retry later or use a stronger model.")
         cue, narrative = _merged_guard(old, new, cue, narrative)
-        narrative = _speakers_put_right(narrative, old.messages + new.messages, "integrate_reattributed")
+        narrative = _speakers_put_right(narrative, source_lines(old.messages + new.messages), "integrate_reattributed")
         ids = old.message_ids + [i for i in new.message_ids if i not in set(old.message_ids)]
         return Episode(id=episode_id(new.user_id, ids), user_id=new.user_id, cue=cue or narrative[:CUE_FALLBACK_CHARS],
                        narrative=narrative, message_ids=ids, messages=old.messages + new.messages,

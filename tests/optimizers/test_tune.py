@@ -152,6 +152,19 @@ def test_loading_a_tuned_program_changes_that_stage_prompt_and_no_other(built, t
             assert after[name] == before[name], name
 
 
+def test_the_narrate_program_stores_what_the_pipeline_would_store(built):
+    """What is tuned is what runs: the program's narrative is the reply polished as the pipeline polishes it before
+    storing (repeats dropped, a sentence crediting the wrong speaker put right)."""
+    memory = built[0]
+    reply = ("Gina greeted Jon. Gina went to Paris last week with her sister. Gina greeted Jon. "
+             "Gina greeted Jon.")
+    lm = ScriptedLM({**default_responders(), "NarrateEpisode": lambda i: chat_reply(cue="Paris", narrative=reply)})
+    rendered = "[2023-05-24 10:00] Jon: Hey Gina!\nJon: I went to Paris last week with my sister.\nGina: Wow!"
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = NarrateProgram(memory.pipeline)(messages=rendered)
+    assert pred.narrative == "Gina greeted Jon. Jon went to Paris last week with her sister."
+
+
 def test_distill_program_freezes_what_it_does_not_tune(built):
     memory = built[0]
     only = DistillProgram(memory.pipeline, ("distill",))
