@@ -174,7 +174,7 @@ class NemoriSettings(BaseSettings):
     server_port: int | None = Field(default=None, description="port of the embedded server; None = a free one")
 
     # --- embedder
-    embedder: str = Field(default="all-MiniLM-L6-v2", description="'all-MiniLM-L6-v2' (local; see embedder_backend), 'hashing-<dim>' (tests), or a litellm embedding model string")
+    embedder: str = Field(default="all-MiniLM-L6-v2", description="'all-MiniLM-L6-v2' (local; see embedder_backend), 'hashing' or 'hashing-<dim>' (no model: tests, smoke checks), or a litellm embedding model string")
     embedder_path: Path | None = Field(default=None, description="folder of the local MiniLM model (config.json, tokenizer.json, onnx/ or model.safetensors)")
     embedder_backend: Literal["auto", "onnx", "torch"] = Field(default="auto", description="how all-MiniLM-L6-v2 runs: 'onnx' (ONNX Runtime via fastembed, no torch; needs <model folder>/onnx/ from python -m nemori_dspy.onnx_export), 'torch' (sentence-transformers), 'auto' (onnx when its folder is there, else torch); same vectors (cosine >= 0.999), same embedder name")
 
