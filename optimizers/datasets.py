@@ -9,6 +9,11 @@ memory was built (``nemori_dspy.recording``), so a trial re-runs one stage call,
 ``repair_partition`` whatever the model says, and LoCoMo's only boundary labels (sessions) are already
 enforced by the time-gap split (``episode_split_gap_hours``), so the weak labels left would score nothing
 the pipeline does not already guarantee. Tune it end to end (``optimize --metric end-to-end``).
+
+``narrate`` can also take its examples from LoCoMo's sessions with no memory built
+(``narrate_session_examples``, ``optimize --examples sessions``): the default forms one episode per session on
+LoCoMo, so a session rendered as the pipeline renders an episode for P_nar is the input P_nar sees, and every
+conversation's sessions count (conv-49 alone has 25) without an 80-minute construction per conversation.
 """
 
 from __future__ import annotations
@@ -17,16 +22,19 @@ import json
 import random
 from itertools import combinations
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import dspy
 
 from nemori_dspy.errors import ConfigError
-from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion
+from nemori_dspy.eval.locomo import SCORED_CATEGORIES, LoCoMoConversation, LoCoMoQuestion, session_of
 from nemori_dspy.eval.metrics import norm_id
 from nemori_dspy.recording import StageRecord
 
-__all__ = ["questions_for", "observations_for", "narrate_examples", "distill_examples", "consolidate_examples",
+if TYPE_CHECKING:
+    from nemori_dspy.config import NemoriSettings
+
+__all__ = ["questions_for", "observations_for", "narrate_examples", "narrate_session_examples", "distill_examples", "consolidate_examples",
            "consolidation_cases", "check_split", "PAIR_ACTIONS", "CONSOLIDATION_PAIRS_PATH", "CONSOLIDATION_CASES"]
 
 
@@ -82,6 +90,37 @@ def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
             continue
         out.append(dspy.Example(messages=rec.inputs["messages"], recorded=rec.outputs.get("narrative", ""),
                                 **labels).with_inputs("messages"))
+    return out
+
+
+def narrate_session_examples(conversations: Iterable[LoCoMoConversation], settings: "NemoriSettings",
+                             labelled_only: bool = True) -> list[dspy.Example]:
+    """One P_nar example per session of each conversation, with no memory built: the session's messages rendered
+    exactly as ``EpisodicIntegration`` renders an episode's for P_nar (``formatting.render_messages`` with the
+    settings' ``max_message_chars``, ``max_prompt_chars``, ``resolve_relative_dates``, ``message_timestamps``).
+
+    Returns:
+        Examples as ``narrate_examples`` gives them (input ``messages``; labels ``gold_answers``, ``questions``,
+        ``observations``, ``sample_id``), with ``recorded`` = "" (no narrative was written) and ``session`` (its
+        number); sessions with neither a question's evidence nor a gold observation are left out with
+        ``labelled_only``.
+    """
+    from nemori_dspy.formatting import render_messages
+    from nemori_dspy.types import StoredMessage
+
+    out = []
+    for conv in conversations:
+        by_session: dict[int, list[StoredMessage]] = {}
+        for seq, m in enumerate(conv.messages, start=1):
+            stored = StoredMessage(**m.model_dump(), user_id=conv.sample_id, seq=seq)
+            by_session.setdefault(session_of(m.id) or 0, []).append(stored)
+        for number, msgs in sorted(by_session.items()):
+            labels = _labels(conv, [m.id for m in msgs])
+            if labelled_only and not _labelled(labels):
+                continue
+            text = render_messages(msgs, settings.max_message_chars, settings.max_prompt_chars,
+                                   settings.resolve_relative_dates, settings.message_timestamps)
+            out.append(dspy.Example(messages=text, recorded="", session=number, **labels).with_inputs("messages"))
     return out
 
 

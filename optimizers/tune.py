@@ -31,7 +31,8 @@ from nemori_dspy.eval.locomo import CATEGORY_NAMES, LoCoMoConversation
 from nemori_dspy.eval.metrics import mean_ci95
 from nemori_dspy.memory import Memory
 from nemori_dspy.optimizers.answer import AnswerProgram, locomo_answer_examples
-from nemori_dspy.optimizers.datasets import check_split, consolidate_examples, distill_examples, narrate_examples
+from nemori_dspy.optimizers.datasets import (check_split, consolidate_examples, distill_examples, narrate_examples,
+                                             narrate_session_examples)
 from nemori_dspy.optimizers.metrics import STAGE_METRICS, end_to_end_metric
 from nemori_dspy.optimizers.optimize import Budget, DevScore, make_optimizer, score_program
 from nemori_dspy.optimizers.programs import (ConsolidateProgram, DistillProgram, EndToEndProgram, NarrateProgram,
@@ -206,6 +207,18 @@ class OptimizeOptions:
     progress: bool = True
     metric: str = "stage"  # or "end-to-end": rebuild each conversation's memory per candidate, score answers
     max_train: int | None = None  # keep at most this many train examples (a seeded sample), None = all
+    examples: str = "records"  # narrate's examples: "records" of the built memory or "sessions" (no memory needed)
+
+    def __post_init__(self) -> None:
+        if self.examples not in ("records", "sessions"):
+            raise ConfigError(f"examples={self.examples!r}: use 'records' or 'sessions'.")
+        if self.examples == "sessions" and "narrate" not in self.stages:
+            raise ConfigError("--examples sessions gives narrate its examples from LoCoMo's sessions; no stage of "
+                              f"{self.stages} is narrate. Fix: drop --examples or add narrate to --stage.")
+
+    def from_sessions(self, stage: str) -> bool:
+        """Whether ``stage``'s examples are LoCoMo's sessions (``datasets.narrate_session_examples``)."""
+        return stage == "narrate" and self.examples == "sessions"
 
 
 @dataclass
@@ -315,8 +328,11 @@ def optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimiz
 def _optimize_stage(stage: str, memory: Memory, records_path: Path, opts: OptimizeOptions,
                     spent: UsageLedger) -> StageResult:
     t0 = time.perf_counter()
-    records = read_records(records_path) if stage not in ("answer", "partition") else []
-    calls = check_stage_ran(stage, records, [c.sample_id for c in opts.train])
+    if stage in ("answer", "partition") or opts.from_sessions(stage):  # no records needed
+        records, calls = [], {}
+    else:
+        records = read_records(records_path)
+        calls = check_stage_ran(stage, records, [c.sample_id for c in opts.train])
     program, metric, (train, dev, test) = _program_metric_examples(stage, memory, records, opts)
     if opts.max_train and len(train) > opts.max_train:
         train = random.Random(opts.budget.seed).sample(train, opts.max_train)
@@ -359,6 +375,9 @@ def _program_metric_examples(stage: str, memory: Memory, records: list[StageReco
     if stage == "consolidate":
         splits: tuple[list, list, list] = (consolidate_examples("a"), consolidate_examples("b"),
                                            consolidate_examples("c") if opts.test else [])
+    elif opts.from_sessions(stage):
+        splits = tuple(narrate_session_examples(x, memory.settings) if x else []
+                       for x in (opts.train, opts.dev, opts.test))
     else:
         splits = tuple(stage_examples(stage, memory, records, x) if x else [] for x in (opts.train, opts.dev, opts.test))
     return stage_program(stage, memory.pipeline), stage_metric(stage, opts.answer_metric, memory.embedder), splits

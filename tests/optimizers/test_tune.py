@@ -16,7 +16,7 @@ from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
 from nemori_dspy.eval.runner import ingest_conversation
 from nemori_dspy.errors import ConfigError, DatasetError
 from nemori_dspy.memory import Memory
-from nemori_dspy.optimizers.datasets import distill_examples, narrate_examples, questions_for
+from nemori_dspy.optimizers.datasets import distill_examples, narrate_examples, observations_for, questions_for
 from nemori_dspy.optimizers.programs import DistillProgram, NarrateProgram
 from nemori_dspy.optimizers.tune import parse_stages
 from nemori_dspy.recording import read_records, recording
@@ -208,6 +208,44 @@ def _optimize(tmp_path, *extra):
     return main(["optimize", "--data", str(DATA), "--sessions", "1-2", "--train", "conv-a,conv-c", "--dev", "conv-b",
                  "--embedder", "hashing-64", "--window-size", "6", "--out", str(tmp_path / "opt"),
                  "--mlflow-tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", *extra])
+
+
+def test_session_examples_are_what_p_nar_sees_when_a_session_is_one_episode(tmp_path):
+    """With one episode per session (the default's shape on LoCoMo), a session example's input is exactly the text
+    the pipeline sent P_nar for that episode, and its labels are the session's gold observations and questions."""
+    from nemori_dspy.optimizers.datasets import narrate_session_examples
+
+    settings = NemoriSettings(window_size=40, _env_file=None)
+    lm = ScriptedLM(default_responders())
+    conv = slice_sessions(load_locomo(DATA, ["conv-a"])[0], parse_sessions("1-2"))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        memory = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
+        with recording(tmp_path / "r.jsonl"):
+            ingest_conversation(memory, conv, progress=False)
+    seen = {tuple(r.meta["message_ids"]): r.inputs["messages"] for r in read_records(tmp_path / "r.jsonl")
+            if r.stage == "narrate"}
+    examples = narrate_session_examples([conv], settings, labelled_only=False)
+    assert [e.session for e in examples] == [1, 2] and all(e.sample_id == "conv-a" for e in examples)
+    whole = 0
+    for ex in examples:
+        ids = tuple(m.id for m in conv.messages if m.id.startswith(f"D{ex.session}:"))
+        assert ex.observations == observations_for(conv, list(ids))
+        if ids in seen:  # the scripted P_par kept this session as one episode (it split session 1)
+            assert ex.messages == seen[ids]
+            whole += 1
+    assert whole >= 1
+
+
+def test_optimize_narrate_on_sessions_builds_no_memory(tmp_path, scripted_runtime, capsys):
+    assert _optimize(tmp_path, "--stage", "narrate", "--optimizer", "labeled", "--max-demos", "2", "--no-mlflow",
+                     "--examples", "sessions") == 0
+    out = capsys.readouterr().out
+    assert "memory: not built" in out and "dev before" in out
+    assert not any(scripted_runtime.calls.get(s, 0) for s in ("PartitionMessages", "DistillPredictionError"))
+    result = json.loads((tmp_path / "opt/result.json").read_text())[0]
+    assert result["n_train"] > 0 and result["n_dev"] > 0 and result["calls_on_train"] == {}
+    assert main(["optimize", "--data", str(DATA), "--stage", "answer", "--examples", "sessions", "--train", "conv-a",
+                 "--dev", "conv-b", "--no-mlflow", "--out", str(tmp_path / "x")]) == 2  # sessions is narrate's
 
 
 def test_optimize_narrate_prints_before_after_and_saves_a_program_eval_loads(tmp_path, scripted_runtime, capsys):

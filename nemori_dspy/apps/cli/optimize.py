@@ -139,6 +139,10 @@ def _answer_metric(args: Any, rt: Any, stages: list[str], train: list[Any], run:
               help="MIPROv2 candidates when --num-trials is given")
 @click.option("--max-train", type=POSITIVE_INT, default=None,
               help="keep at most N train examples (seeded sample; dev is always whole)")
+@click.option("--examples", "examples", type=click.Choice(["records", "sessions"]), default="records",
+              help="narrate's examples: 'records' of the memory built for each split (default) or 'sessions': each "
+                   "LoCoMo session rendered as P_nar sees an episode, with no memory built when narrate is the only "
+                   "stage (every session of every split counts; the default forms one episode per session)")
 @click.option("--num-threads", type=POSITIVE_INT, default=1, help="parallel program calls (default 1)")
 @click.option("--max-demos", type=int, default=4, help="bootstrapped and labeled demos per predictor (default 4)")
 @click.option("--reflection-model", default="local:1.5b",
@@ -204,7 +208,7 @@ def optimize_command(flags: dict[str, Any]) -> int:
         print("note: no --test conversations: the optimizer selects on dev, so the dev score after tuning is not a "
               "held-out estimate. Fix: add --test with conversations in neither --train nor --dev.", flush=True)
     t0 = time.perf_counter()
-    params = {"stages": ",".join(stages), "optimizer": args.optimizer, "metric": args.metric, "max_train": args.max_train, "budget": budget.model_dump(),
+    params = {"stages": ",".join(stages), "optimizer": args.optimizer, "metric": args.metric, "max_train": args.max_train, "examples": args.examples, "budget": budget.model_dump(),
               "model.reflection_setting": args.reflection_model, "train": ",".join(train_ids),
               "dev": ",".join(dev_ids), "test": ",".join(test_ids), "answer_metric": args.answer_metric,
               "sessions": args.sessions, "dataset.path": str(data),
@@ -236,15 +240,18 @@ def _optimize(args: Any, ctx: RunContext, run: Any, stages: list[str], convs: di
         system = SYSTEMS["nemori"]
         memory, records = provider.memory(system), provider.record_path(system)
         ordered = [convs[i] for i in train_ids + dev_ids + test_ids]
-        built = ensure_built(memory, ordered, records, lambda sid: provider.is_built(system, sid),
-                             lambda sid: provider.mark_built(system, sid))
+        if args.examples == "sessions" and stages == ["narrate"] and args.metric == "stage":
+            print("memory: not built (narrate's examples are LoCoMo's sessions)", flush=True)
+        else:
+            built = ensure_built(memory, ordered, records, lambda sid: provider.is_built(system, sid),
+                                 lambda sid: provider.mark_built(system, sid))
+            print(f"memory {provider.path(system)}: " + (f"built {', '.join(built)} now" if built else
+                                                         "reused (built and recorded by an earlier run)"), flush=True)
         construction = memory.usage.snapshot()  # the memory's own calls: its construction (none when reused)
-        print(f"memory {provider.path(system)}: " + (f"built {', '.join(built)} now" if built else
-                                                     "reused (built and recorded by an earlier run)"), flush=True)
         opts = OptimizeOptions(stages=stages, optimizer=args.optimizer, train=[convs[i] for i in train_ids],
                                dev=[convs[i] for i in dev_ids], test=[convs[i] for i in test_ids], out_dir=out,
                                budget=budget, reflection_lm=_charged_reflection(rt, args.reflection_model),
-                               metric=args.metric, max_train=args.max_train,
+                               metric=args.metric, max_train=args.max_train, examples=args.examples,
                                answer_metric=_answer_metric(args, rt, stages, [convs[i] for i in train_ids], run))
         if run is not None:
             import mlflow
