@@ -1,0 +1,205 @@
+"""The teacher table: how much of the gap between the small and the larger local model a tuned prompt closes, on
+the same held-out narrate examples.
+
+usage: python -m benchmarks.teacher --data locomo10.json --test conv-42,conv-43
+                                    [--program runs/optimize-<time>/program.json] [--optimize-result result.json]
+                                    [--rows 0.5b,0.5b-tuned,1.5b] [--max-examples N] [--out DIR]
+
+Rows (P_nar on every labelled LoCoMo session of the ``--test`` conversations, rendered as the pipeline renders an
+episode: ``optimizers.datasets.narrate_session_examples``):
+
+* ``0.5b``: the 0.5B model writes the narratives with the default prompt (``local_memory_model=0.5b``);
+* ``0.5b-tuned``: the same with ``--program`` applied (e.g. ``optimize --stage narrate --examples sessions`` with
+  the 1.5B as ``--reflection-model``, the teacher);
+* ``1.5b``: the 1.5B model with the default prompt (``local_memory_model=1.5b``, the shipped default).
+
+Each row is scored with the narrate stage metric of ``optimize`` (``ObservationMetric``: coverage of the session's
+gold observations and faithfulness to its messages, minus a length penalty; echo or copy = 0), with the mean, 95%
+CI and n, the paired difference against ``0.5b`` (paired bootstrap 95% CI), the LLM calls, tokens and minutes it
+took, and, from ``--optimize-result``, what the tuning cost. ``gap closed`` = (tuned − 0.5b) / (1.5b − 0.5b).
+DSPy's response cache is off, so the cost is real. Writes ``<out>/teacher-narrate-<time>.json``
+(``benchmarks.results_io.write_result``: params, figures and the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
+from nemori_dspy.errors import ConfigError
+
+__all__ = ["ROWS", "row_settings", "score_row", "figures", "report", "main"]
+
+#: row name → (the model that writes memory, whether ``--program`` is applied).
+ROWS: dict[str, tuple[str, bool]] = {"0.5b": ("0.5b", False), "0.5b-tuned": ("0.5b", True), "1.5b": ("1.5b", False)}
+BASELINE = "0.5b"
+
+
+def row_settings(row: str, lm: str) -> dict[str, Any]:
+    """The settings overrides of one row: ``lm`` ``local`` runs the embedded models (``local_memory_model`` = the
+    row's size); ``scripted`` (tests) runs the scripted LM with the hashing embedder.
+
+    Raises:
+        ConfigError: unknown row (the message lists them).
+    """
+    if row not in ROWS:
+        raise ConfigError(f"unknown row {row!r}. Fix: use some of {', '.join(ROWS)}.")
+    if lm == "scripted":
+        return {"embedder": "hashing-64", "cache": False}
+    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row][0], "cache": False}
+
+
+@contextmanager
+def _memory(settings: Any, lm: str, program: dict[str, Any] | None) -> Iterator[Any]:
+    """A throw-away ``Memory`` whose narrate stage runs on the row's model (P_nar needs no stored memory)."""
+    from nemori_dspy.apps.context import build_memory
+    from nemori_dspy.embedders import resolve_embedder
+    from nemori_dspy.store.sqlite import SQLiteStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "m.sqlite3")
+        try:
+            if lm == "scripted":
+                import dspy
+
+                from nemori_dspy.testing import ScriptedLM, default_responders
+
+                with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
+                    yield build_memory(settings, store, resolve_embedder(settings), None, program)
+                return
+            from nemori_dspy.runtime import build_runtime
+
+            with build_runtime(settings) as rt:
+                yield build_memory(settings, store, resolve_embedder(settings), rt.stage_lms, program)
+        finally:
+            store.close()
+
+
+def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, Any] | None,
+              max_examples: int | None = None) -> dict[str, Any]:
+    """One row: ``{"row", "scores" (per example, in [0, 1]), "n", "mean", "low", "high", "usage" (stage → calls,
+    tokens, seconds), "minutes"}``.
+
+    Raises:
+        ConfigError: ``0.5b-tuned`` without a program, or no labelled session in ``conversations``.
+    """
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.optimizers.datasets import narrate_session_examples
+    from nemori_dspy.optimizers.optimize import score_program
+    from nemori_dspy.optimizers.tune import stage_metric, stage_program
+    from nemori_dspy.usage import UsageLedger
+
+    tuned = ROWS[row][1] if row in ROWS else False
+    if tuned and program is None:
+        raise ConfigError(f"row {row!r} needs the tuned program. Fix: pass --program runs/optimize-<time>/program.json.")
+    settings = NemoriSettings(**row_settings(row, lm), _env_file=None)
+    examples = narrate_session_examples(conversations, settings)[:max_examples]
+    if not examples:
+        raise ConfigError("no labelled session in the test conversations. Fix: pick LoCoMo conversations.")
+    t0 = time.perf_counter()
+    ledger = UsageLedger()
+    with ledger.charging(), _memory(settings, lm, program if tuned else None) as memory:
+        score = score_program(stage_program("narrate", memory.pipeline), examples,
+                              stage_metric("narrate", None, memory.embedder))
+    usage = {k: v.model_dump() for k, v in ledger.snapshot().items()}
+    return {"row": row, **score.model_dump(exclude={"parts"}), "usage": usage,
+            "minutes": round((time.perf_counter() - t0) / 60, 2)}
+
+
+def figures(rows: list[dict[str, Any]], optimize_cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Rows with their paired difference against ``0.5b`` (when both ran on the same examples) and the share of
+    the 0.5B → 1.5B gap the tuned prompt closes (None when a row is missing or the gap is 0)."""
+    from nemori_dspy.eval.metrics import paired_compare
+
+    by = {r["row"]: r for r in rows}
+    base = by.get(BASELINE)
+    for r in rows:
+        same = base is not None and r is not base and len(r["scores"]) == len(base["scores"])
+        r["paired_vs_0.5b"] = paired_compare(base["scores"], r["scores"], binary=False) if same else None
+    gap = None
+    if {"0.5b", "0.5b-tuned", "1.5b"} <= set(by) and by["1.5b"]["mean"] != by["0.5b"]["mean"]:
+        gap = (by["0.5b-tuned"]["mean"] - by["0.5b"]["mean"]) / (by["1.5b"]["mean"] - by["0.5b"]["mean"])
+    return {"rows": rows, "gap_closed": gap, "optimize_cost": optimize_cost}
+
+
+def _calls(usage: dict[str, Any]) -> str:
+    calls = sum(u.get("calls", 0) for u in usage.values())
+    tokens = sum(u.get("input_tokens", 0) + u.get("output_tokens", 0) for u in usage.values())
+    return f"{calls} calls, {tokens:,} tokens"
+
+
+def report(fig: dict[str, Any]) -> str:
+    """The teacher table as Markdown (scores ×100)."""
+    lines = []
+    for r in fig["rows"]:
+        p = r.get("paired_vs_0.5b")
+        diff = f"{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]" if p else "–"
+        lines.append([r["row"], f"{100 * r['mean']:.1f} [{100 * r['low']:.1f}–{100 * r['high']:.1f}]", r["n"], diff,
+                      _calls(r["usage"]), f"{r['minutes']:.1f}"])
+    out = md_table(["row", "narrate metric [95% CI]", "n", "− 0.5b, paired [95% CI]", "cost", "min"], lines)
+    if fig.get("gap_closed") is not None:
+        out += f"\n\ngap closed by tuning: {100 * fig['gap_closed']:.0f}% of the 0.5B → 1.5B difference"
+    if fig.get("optimize_cost"):
+        c = fig["optimize_cost"]
+        out += (f"\n\ntuning cost (from the optimize run): {_calls(c.get('cost', {}))}, "
+                f"{c.get('seconds', 0) / 60:.1f} min")
+    return out
+
+
+def _optimize_cost(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    narrate = [r for r in json.loads(path.read_text()) if r.get("stage") == "narrate"]
+    if not narrate:
+        raise ConfigError(f"{path}: no narrate stage in this optimize result. Fix: pass the narrate run's result.json.")
+    return {"cost": narrate[0].get("cost", {}), "seconds": narrate[0].get("seconds", 0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.teacher``: score the rows, print the table, write the result file; returns 0.
+
+    Raises:
+        ConfigError: unknown row, missing program; DatasetError: bad data or conversation ids.
+    """
+    from nemori_dspy.eval.locomo import load_locomo
+    from nemori_dspy.eval.model import load_program
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True, help="locomo10.json or a file in its schema")
+    ap.add_argument("--test", required=True, help="comma-separated held-out conversation ids (never tuned on)")
+    ap.add_argument("--program", type=Path, default=None, help="the tuned program.json (row 0.5b-tuned)")
+    ap.add_argument("--optimize-result", type=Path, default=None, help="that run's result.json (its tuning cost)")
+    ap.add_argument("--rows", default=None, help=f"comma-separated (default: {','.join(ROWS)}; without --program "
+                                                 "the tuned row is left out)")
+    ap.add_argument("--lm", default="local", choices=["local", "scripted"], help="'scripted': no model (tests)")
+    ap.add_argument("--max-examples", type=int, default=None, help="score only the first N sessions")
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the result file goes")
+    a = ap.parse_args(argv)
+    rows = a.rows.split(",") if a.rows else [r for r in ROWS if a.program or not ROWS[r][1]]
+    for r in rows:
+        row_settings(r, a.lm)  # unknown rows fail before any model loads
+        if ROWS[r][1] and a.program is None:
+            raise ConfigError(f"row {r!r} needs the tuned program. Fix: pass --program "
+                              "runs/optimize-<time>/program.json.")
+    program = load_program(str(a.program)) if a.program else None
+    convs = load_locomo(a.data, [c.strip() for c in a.test.split(",") if c.strip()])
+    scored = [score_row(r, a.lm, convs, program, a.max_examples) for r in rows]
+    fig = figures(scored, _optimize_cost(a.optimize_result))
+    print(report(fig))
+    params = {"data": str(a.data), "test": a.test, "program": str(a.program) if a.program else None, "rows": rows,
+              "lm": a.lm, "max_examples": a.max_examples, "stage": "narrate", "examples": "sessions",
+              "units": "scores in [0, 1]; printed ×100"}
+    path = write_result(f"teacher-narrate-{time.strftime('%Y%m%d-%H%M%S')}", params, {**fig, "report": report(fig)},
+                        a.out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

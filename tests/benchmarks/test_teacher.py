@@ -1,0 +1,43 @@
+"""The teacher table (``benchmarks.teacher``) end to end on the scripted LM: rows on the same held-out sessions,
+paired against the 0.5B row, the share of the gap closed, and the result file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import teacher
+from nemori_dspy.errors import ConfigError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "synthetic_locomo.json"
+
+
+def test_rows_score_the_same_sessions_and_pair_against_the_small_model(tmp_path, capsys):
+    program = tmp_path / "program.json"
+    program.write_text("{}")  # an empty saved state: the default prompts
+    assert teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--program", str(program),
+                         "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (path,) = tmp_path.glob("teacher-narrate-*.json")
+    fig = json.loads(path.read_text())["figures"]
+    rows = {r["row"]: r for r in fig["rows"]}
+    assert list(rows) == ["0.5b", "0.5b-tuned", "1.5b"] and len({r["n"] for r in rows.values()}) == 1
+    assert rows["0.5b"]["paired_vs_0.5b"] is None and rows["1.5b"]["paired_vs_0.5b"]["n"] == rows["0.5b"]["n"]
+    assert all(r["usage"]["narrate"]["calls"] == r["n"] for r in rows.values())  # cache off: every call is real
+    assert "narrate metric" in out and "wrote" in out
+
+
+def test_the_tuned_row_needs_a_program_and_unknown_rows_fail_before_any_model(tmp_path):
+    with pytest.raises(ConfigError, match="unknown row 'big'.*Fix"):
+        teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--rows", "0.5b,big"])
+    with pytest.raises(ConfigError, match="needs the tuned program"):
+        teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--rows", "0.5b-tuned",
+                      "--out", str(tmp_path)])
+
+
+def test_gap_closed_is_the_tuned_rows_share_of_the_difference():
+    rows = [{"row": "0.5b", "mean": 0.2, "scores": [0.2]}, {"row": "0.5b-tuned", "mean": 0.3, "scores": [0.3]},
+            {"row": "1.5b", "mean": 0.6, "scores": [0.6]}]
+    assert teacher.figures(rows)["gap_closed"] == pytest.approx(0.25)
