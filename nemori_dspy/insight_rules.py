@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute",
+           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "reattribute_sentences"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
@@ -298,6 +298,19 @@ ATTRIBUTION_OVERLAP = 0.5
 SECOND_PERSON = frozenset({"you", "you're", "youre", "you've", "you'll", "you'd", "your", "yours", "yourself", "u",
                            "ur"})
 _SUFFIXES = ("ing", "ed", "es", "s")
+#: verbs that report an act of speaking ("Evan suggested seltzer", "Sam asked about his diet"): a sentence built on
+#: one credits the speaker with *saying* it, so a second-person source message ("Have you tried seltzer?") is that
+#: speaker's own words, not a fact about the listener.
+SPEECH_VERBS = frozenset({"suggest", "suggested", "suggests", "ask", "asked", "asks", "recommend", "recommended",
+                          "recommends", "encourage", "encouraged", "encourages", "advise", "advised", "advises",
+                          "tell", "told", "tells", "say", "said", "says", "wonder", "wondered", "wonders", "offer",
+                          "offered", "offers", "compliment", "complimented", "compliments", "praise", "praised",
+                          "praises", "thank", "thanked", "thanks", "congratulate", "congratulated", "congratulates",
+                          "invite", "invited", "invites", "urge", "urged", "urges", "remind", "reminded", "reminds",
+                          "reassure", "reassured", "reassures", "propose", "proposed", "proposes", "warn", "warned",
+                          "warns", "inquire", "inquired", "inquires", "question", "questioned", "questions",
+                          "mention", "mentioned", "mentions", "reply", "replied", "replies", "respond", "responded",
+                          "responds", "express", "expressed", "expresses", "admire", "admired", "admires"})
 
 
 def _stem(word: str) -> str:
@@ -344,7 +357,8 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
       its share → the message's speaker is meant;
     * **second person**: the message is the named speaker's own, holds more of the insight than any other
       speaker's, and speaks of its listener (more second- than first-person words), in a chat of exactly two
-      speakers, and the insight itself says no "you" → the listener is meant.
+      speakers, and the insight itself says no "you" and reports no act of speaking (``SPEECH_VERBS``: "Evan
+      suggested seltzer" from Evan's "Have you tried seltzer?" is right as it stands) → the listener is meant.
 
     When several messages of a speaker hold the top share, every one must speak as the rule needs.
 
@@ -374,7 +388,7 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
         return first[who], first[key]
     if (_clear(own, len(words)) and own > share and len(first) == 2
             and all(_speaks_of(c) == "listener" for c in own_tops)
-            and not SECOND_PERSON & set(_lower_words(insight))):
+            and not (SECOND_PERSON | SPEECH_VERBS) & set(_lower_words(insight))):
         return first[who], first[key]
     return None
 

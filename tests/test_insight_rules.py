@@ -211,3 +211,27 @@ def test_a_narrative_sentence_crediting_the_wrong_speaker_is_put_right_and_the_r
                                     "become a single parent. Caroline told Melanie about adoption agencies.")
     right = "Caroline is looking into adoption agencies.\nMelanie painted a lake at sunrise."
     assert reattribute_sentences(right, TWO_SPEAKERS) == (right, 0)  # unchanged, line break and all
+
+
+HEALTH = [
+    ("Sam", "I keep buying soda and candy bars, I need to cut down on sugar.", "2023-06-01"),
+    ("Evan", "Have you thought about trying flavored seltzer water instead of soda? You still get the fizz.",
+     "2023-06-01"),
+    ("Sam", "Good idea. Also I'm back from the shop, the self-checkout machines were broken and my mood is awful.",
+     "2023-06-01"),
+    ("Evan", "What made you start thinking about your health?", "2023-06-01"),
+]
+
+
+@pytest.mark.parametrize("sentence", [
+    "Evan suggested trying flavored seltzer water instead of soda.",       # Evan's own words, to his listener
+    "Evan asked what made Sam start thinking about his health.",            # names both: never moved
+    "Evan asked what made him start thinking about health.",                # a question Evan asked
+])
+def test_a_sentence_reporting_what_a_speaker_said_to_the_listener_stays_with_the_speaker(sentence):
+    assert misattributed_to(sentence, HEALTH) is None
+
+
+def test_a_reported_first_person_fact_still_moves_to_whoever_said_it():
+    assert misattributed_to("Evan mentioned the self-checkout machines were broken at the shop and his mood is "
+                            "awful.", HEALTH) == ("Evan", "Sam")
