@@ -421,7 +421,7 @@ def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
         windows = _windows(ep.messages)
         matched = matcher.match_matrix(sents, windows).any(axis=1) if sents and windows else np.zeros(len(sents))
         lines = source_lines(ep.messages)
-        wrong = [misattributed_to(x, lines) is not None for x in sents]
+        wrong = [misattributed_to(x, lines, second_person=False) is not None for x in sents]
         supported = [bool(m) and not w for m, w in zip(matched, wrong)]
         located = [i for i, g in enumerate(golds) if any(where.get(d) == ep.id for d in g.dia_ids)]
         candidates = with_adjacent_pairs(sents)

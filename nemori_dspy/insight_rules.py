@@ -310,7 +310,10 @@ SPEECH_VERBS = frozenset({"suggest", "suggested", "suggests", "ask", "asked", "a
                           "reassure", "reassured", "reassures", "propose", "proposed", "proposes", "warn", "warned",
                           "warns", "inquire", "inquired", "inquires", "question", "questioned", "questions",
                           "mention", "mentioned", "mentions", "reply", "replied", "replies", "respond", "responded",
-                          "responds", "express", "expressed", "expresses", "admire", "admired", "admires"})
+                          "responds", "express", "expressed", "expresses", "admire", "admired", "admires",
+                          "share", "shared", "shares", "show", "showed", "shows", "send", "sent", "sends"})
+#: a line quoting its speaker, "Evan: Woah, such a view!"
+_QUOTE = re.compile(r"^\s*[A-Z][\w'’. -]{0,40}:\s")
 
 
 def _stem(word: str) -> str:
@@ -342,7 +345,7 @@ def _person_counts(text: str) -> tuple[int, int]:
     return sum(w in FIRST_PERSON for w in words), sum(w in SECOND_PERSON for w in words)
 
 
-def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] | None:
+def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool = True) -> tuple[str, str] | None:
     """``(named, meant)`` (first names as written) when ``insight`` credits one speaker with what is another's,
     else None.
 
@@ -360,7 +363,9 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
       speakers, and the insight itself says no "you" and reports no act of speaking (``SPEECH_VERBS``: "Evan
       suggested seltzer" from Evan's "Have you tried seltzer?" is right as it stands) → the listener is meant.
 
-    When several messages of a speaker hold the top share, every one must speak as the rule needs.
+    When several messages of a speaker hold the top share, every one must speak as the rule needs. A line quoting
+    its speaker ("Evan: Woah, such a view!") is a report of speech too. ``second_person=False`` runs the first rule
+    only: a narrative is mostly reports of who said or showed what, which the second rule would misread.
 
     Anything less clear leaves the insight as it is: a message about its listener ("Your kids are so sweet, Mel!")
     never moves a fact to its speaker."""
@@ -386,8 +391,8 @@ def misattributed_to(insight: str, lines: list[SourceLine]) -> tuple[str, str] |
     if (_clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops)
             and not any(who in people_named(c, {who}) for c in tops)):
         return first[who], first[key]
-    if (_clear(own, len(words)) and own > share and len(first) == 2
-            and all(_speaks_of(c) == "listener" for c in own_tops)
+    if (second_person and _clear(own, len(words)) and own > share and len(first) == 2
+            and all(_speaks_of(c) == "listener" for c in own_tops) and not _QUOTE.match(insight)
             and not (SECOND_PERSON | SPEECH_VERBS) & set(_lower_words(insight))):
         return first[who], first[key]
     return None
@@ -404,10 +409,10 @@ def _speaks_of(content: str) -> str | None:
     return "self" if mine > yours else "listener" if yours > mine else None
 
 
-def reattribute(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
+def reattribute(insight: str, lines: list[SourceLine], second_person: bool = True) -> tuple[str, bool]:
     """``(text, changed)``: ``insight`` with the speaker it wrongly credits (``misattributed_to``) replaced by the one
     meant, possessives kept ("Melanie's" → "Caroline's"); unchanged when the rule does not fire."""
-    found = misattributed_to(insight, lines)
+    found = misattributed_to(insight, lines, second_person)
     if found is None:
         return insight, False
     named, speaker = found
@@ -419,11 +424,12 @@ def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]
     sentence by sentence against the episode's messages ``lines``) put right, and how many sentences moved. A
     narrative that moves nothing comes back unchanged; one that does comes back with its spaces collapsed (as
     ``split_sentences`` reads it). "Caroline also mentioned that she had painted a sunset over a lake" from Melanie's
-    "I painted that lake sunset" names Melanie; a sentence naming both speakers is never changed."""
+    "I painted that lake sunset" names Melanie; a sentence naming both speakers is never changed. Only the
+    first-person rule runs here (``misattributed_to(..., second_person=False)``)."""
     flat = " ".join(text.split())
     moved = 0
     for sentence in split_sentences(flat):
-        fixed, changed = reattribute(sentence, lines)
+        fixed, changed = reattribute(sentence, lines, second_person=False)
         if changed and sentence in flat:
             flat = flat.replace(sentence, fixed, 1)
             moved += 1

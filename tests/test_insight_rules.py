@@ -235,3 +235,30 @@ def test_a_sentence_reporting_what_a_speaker_said_to_the_listener_stays_with_the
 def test_a_reported_first_person_fact_still_moves_to_whoever_said_it():
     assert misattributed_to("Evan mentioned the self-checkout machines were broken at the shop and his mood is "
                             "awful.", HEALTH) == ("Evan", "Sam")
+
+
+PHOTOS = [
+    ("Evan", "I met someone on my trip and she makes me feel alive! [shares an image: a couple walking in the snow]",
+     "2023-08-07"),
+    ("Sam", "Congrats! Being with someone who makes you feel alive is amazing. I hope your health is better too. "
+            "[shares an image: a person walking on the beach with a surfboard]", "2023-08-07"),
+    ("Evan", "Woah, such a nice view! Thanks, you never know what life throws at you. "
+             "[shares an image: a container of cookies on a counter]", "2023-08-07"),
+]
+
+
+@pytest.mark.parametrize("sentence", [
+    "Sam shared a photo of a person walking on the beach with a surfboard.",   # Sam's own image, to his listener
+    "Evan: Woah, such a nice view!",                                          # a quoted chat line
+    "Evan showed a container of cookies on a counter.",
+])
+def test_what_a_speaker_shows_or_is_quoted_saying_stays_with_the_speaker(sentence):
+    assert misattributed_to(sentence, PHOTOS) is None
+
+
+def test_a_narrative_runs_the_first_person_rule_only():
+    from nemori_dspy.insight_rules import reattribute_sentences
+
+    praise = "Melanie has such a caring heart."  # a fact would move (second-person rule); a narrative keeps it
+    assert misattributed_to(praise, PRAISE) == ("Melanie", "Caroline")
+    assert reattribute_sentences(praise, PRAISE) == (praise, 0)
