@@ -312,6 +312,9 @@ SPEECH_VERBS = frozenset({"suggest", "suggested", "suggests", "ask", "asked", "a
                           "mention", "mentioned", "mentions", "reply", "replied", "replies", "respond", "responded",
                           "responds", "express", "expressed", "expresses", "admire", "admired", "admires",
                           "share", "shared", "shares", "show", "showed", "shows", "send", "sent", "sends"})
+#: "<A> told <B> that …": the teller, then the listener (what follows is the teller's report)
+_TELLER = re.compile(r"\b([A-Z][\w'’-]+)\s+(?:told|informed|asked|reminded|assured|updated|warned|"
+                     r"(?:said|mentioned|explained|admitted|confided|revealed)\s+to)\s+([A-Z][\w'’-]+)\b")
 #: a line quoting its speaker, "Evan: Woah, such a view!"
 _QUOTE = re.compile(r"^\s*[A-Z][\w'’. -]{0,40}:\s")
 
@@ -351,7 +354,10 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
 
     A small distiller confuses who is who in a chat: it writes "Melanie is looking into adoption agencies" from
     Caroline's "I'm looking into adoption agencies", or "Melanie has such a caring heart" from Melanie's own "You
-    have such a caring heart". The insight must name exactly one speaker of the episode and a message must hold ≥
+    have such a caring heart", or "Sam told Evan that he drove his new Prius to the Rockies" from Evan's "I took my
+    new Prius to the Rockies". An insight naming both speakers is checked only in that "<A> told <B> that …" form
+    (``_teller_swapped``: ``(A, B)`` when what follows restates B's own words; the names are then swapped). Otherwise
+    the insight must name exactly one speaker of the episode and a message must hold ≥
     ``ATTRIBUTION_OVERLAP`` of its content words, and at least two of them (crudely stemmed; greetings, reactions and
     names aside). Then:
 
@@ -371,18 +377,17 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
     never moves a fact to its speaker."""
     first = _first_names(lines)
     named = people_named(insight, set(first))
-    if len(first) < 2 or len(named) != 1:
+    if len(first) < 2 or not named:
+        return None
+    if len(named) == 2:
+        return _teller_swapped(insight, lines, first)
+    if len(named) != 1:
         return None
     (who,) = named
     words = {_stem(w) for w in content_words(insight, set(first))}
     if len(words) < 2:
         return None
-    best: dict[str, tuple[float, list[str]]] = {}  # speaker → (best share, every message holding it)
-    for speaker, content, _ in lines:
-        key = speaker.split()[0].casefold() if speaker.strip() else ""
-        share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
-        top, tops = best.get(key, (-1.0, []))
-        best[key] = (share, [content]) if share > top else (top, [*tops, content]) if share == top else (top, tops)
+    best = _best_shares(words, lines, first)
     own, own_tops = best.get(who, (0.0, []))
     others = sorted(((share, key, tops) for key, (share, tops) in best.items() if key != who), reverse=True)
     if not others:
@@ -395,6 +400,40 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
             and all(_speaks_of(c) == "listener" for c in own_tops) and not _QUOTE.match(insight)
             and not (SECOND_PERSON | SPEECH_VERBS) & set(_lower_words(insight))):
         return first[who], first[key]
+    return None
+
+
+def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str]
+                 ) -> dict[str, tuple[float, list[str]]]:
+    """Speaker (case-folded first name) → (the largest share of ``words`` one of their messages holds, every
+    message of theirs holding it)."""
+    best: dict[str, tuple[float, list[str]]] = {}
+    for speaker, content, _ in lines:
+        key = speaker.split()[0].casefold() if speaker.strip() else ""
+        share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
+        top, tops = best.get(key, (-1.0, []))
+        best[key] = (share, [content]) if share > top else (top, [*tops, content]) if share == top else (top, tops)
+    return best
+
+
+def _teller_swapped(insight: str, lines: list[SourceLine], first: dict[str, str]) -> tuple[str, str] | None:
+    """``(teller, meant)`` when ``insight`` reads "<A> told <B> that …" (or asked, informed, said to, mentioned
+    to …) and what follows restates *B*'s own first-person message clearly (``_clear``; B's top messages speak of
+    themselves, and A's best message holds less than half as much): the two names are swapped. None otherwise."""
+    m = _TELLER.search(insight)
+    if m is None:
+        return None
+    teller, listener = m.group(1).casefold(), m.group(2).casefold()
+    if teller not in first or listener not in first or teller == listener:
+        return None
+    words = {_stem(w) for w in content_words(insight[m.end():], set(first))}
+    if len(words) < 2:
+        return None
+    best = _best_shares(words, lines, first)
+    own = best.get(teller, (0.0, []))[0]
+    share, tops = best.get(listener, (0.0, []))
+    if _clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops):
+        return first[teller], first[listener]
     return None
 
 
@@ -416,6 +455,10 @@ def reattribute(insight: str, lines: list[SourceLine], second_person: bool = Tru
     if found is None:
         return insight, False
     named, speaker = found
+    if speaker.casefold() in people_named(insight, {speaker.casefold()}):  # "A told B …" the wrong way round: swap
+        swap = {named.casefold(): speaker, speaker.casefold(): named}
+        return re.sub(rf"\b({re.escape(named)}|{re.escape(speaker)})\b", lambda m: swap[m.group(1).casefold()],
+                      insight, flags=re.IGNORECASE), True
     return re.sub(rf"\b{re.escape(named)}\b", speaker, insight, flags=re.IGNORECASE), True
 
 

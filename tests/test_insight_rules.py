@@ -262,3 +262,23 @@ def test_a_narrative_runs_the_first_person_rule_only():
     praise = "Melanie has such a caring heart."  # a fact would move (second-person rule); a narrative keeps it
     assert misattributed_to(praise, PRAISE) == ("Melanie", "Caroline")
     assert reattribute_sentences(praise, PRAISE) == (praise, 0)
+
+
+TRIP = [
+    ("Evan", "Hey Sam! I just got back from a trip with my family in my new Prius.", "2023-05-18"),
+    ("Sam", "Nice! How was it?", "2023-05-18"),
+    ("Evan", "Great. We went to the Rockies and hiked the trails, the views were amazing!", "2023-05-18"),
+    ("Sam", "I've been thinking about trying painting as a hobby.", "2023-05-18"),
+]
+
+
+def test_a_teller_and_listener_the_wrong_way_round_are_swapped():
+    from nemori_dspy.insight_rules import reattribute, reattribute_sentences
+
+    wrong = "On 18 May 2023 Sam told Evan that he got back from a trip with his family in his new Prius."
+    assert misattributed_to(wrong, TRIP) == ("Sam", "Evan")
+    assert reattribute(wrong, TRIP) == ("On 18 May 2023 Evan told Sam that he got back from a trip with his family "
+                                        "in his new Prius.", True)
+    narrative = f"{wrong} Sam told Evan that he was thinking about trying painting."
+    fixed, moved = reattribute_sentences(narrative, TRIP)
+    assert moved == 1 and fixed.endswith("Sam told Evan that he was thinking about trying painting.")  # right already
