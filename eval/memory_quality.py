@@ -14,7 +14,8 @@ dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory b
 * **narrative coverage**: share of the gold observations lying in an episode (by dia_id) that the episode's
   narrative states;
 * **junk**: entries and narratives that echo an instruction, a field description or a placeholder
-  (``junk.junk_reason``), counted per reason;
+  (``junk.junk_reason``), and entries restating a seed demo their messages do not hold
+  (``insight_rules.echoes_demo``: ``demo_echo``), counted per reason;
 * shape: episodes per session, messages per episode, facts per episode.
 
 "States" is decided by ``FactMatcher``: embedding cosine (the memory's own embedder) combined with content-word
@@ -46,7 +47,7 @@ from nemori_dspy.embedders import Embedder
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
 from nemori_dspy.eval.metrics import format_table
-from nemori_dspy.insight_rules import is_verbatim_copy, misattributed_to, source_lines
+from nemori_dspy.insight_rules import echoes_demo, is_verbatim_copy, misattributed_to, source_lines
 from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates
@@ -407,7 +408,8 @@ def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], g
         out.append(FactVerdict(
             id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text),
             copy_of_message=is_verbatim_copy(entry.text, [(m.speaker, m.content) for m in msgs]),
-            junk=junk_reason(entry.text), gold=[int(i) for i in np.nonzero(gold_hits[:, j])[0]],
+            junk=junk_reason(entry.text) or ("demo_echo" if echoes_demo(entry.text, source_lines(msgs)) else None),
+            gold=[int(i) for i in np.nonzero(gold_hits[:, j])[0]],
             sources_found=bool(eps), misattributed=misattributed_to(entry.text, source_lines(msgs)) is not None))
     return out
 

@@ -28,6 +28,7 @@ rephrase one. ``not_a_fact`` still names what a rule sees (``question``, ``chat_
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from typing import TYPE_CHECKING, Sequence
 
@@ -38,6 +39,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
+           "echoes_demo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
@@ -477,3 +479,48 @@ def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]
             flat = flat.replace(sentence, fixed, 1)
             moved += 1
     return (flat, moved) if moved else (text, 0)
+
+
+# ------------------------------------------------------------------------------------------------ demo echoes
+#: share of a text's content words a seed-demo sentence must hold for the text to echo the demo
+#: (``echoes_demo``); the episode's own messages must then hold less than half of them.
+DEMO_ECHO_OVERLAP = 0.8
+
+
+@functools.lru_cache(maxsize=1)
+def _demo_sentences() -> tuple[frozenset[str], ...]:
+    """Stemmed content words of every sentence of the seed demos (``signatures.demos.SEED_DEMOS``: their messages,
+    narratives, facts, predictions and entries)."""
+    from nemori_dspy.signatures.demos import SEED_DEMOS
+
+    texts: list[str] = []
+    for examples in SEED_DEMOS.values():
+        for ex in examples:
+            for value in ex.toDict().values():
+                texts += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    sentences = [x for t in texts for line in t.splitlines() for x in split_sentences(line)]
+    return tuple(frozenset(_stem(w) for w in content_words(x, set())) for x in sentences)
+
+
+def echoes_demo(text: str, lines: list[SourceLine]) -> bool:
+    """Whether ``text`` restates a seed demo rather than its episode: a demo sentence holds ≥ ``DEMO_ECHO_OVERLAP``
+    of its content words (at least three of them; crudely stemmed, the episode's speakers aside) and the episode's
+    messages ``lines`` together hold less than half of them. The 1.5B writer stored the demo's "Priya is starting a
+    pottery class in April 2022." and "Tom's sister helped her dog with stairs …" (as Sam's) on conv-49; a fact
+    that merely shares the demo's topic ("Melanie is starting a pottery class") is held by its own messages."""
+    speakers = set(_first_names(lines))
+    words = {_stem(w) for w in content_words(text, speakers)}
+    if len(words) < 3:
+        return False
+    if max((len(words & d) / len(words) for d in _demo_sentences()), default=0.0) < DEMO_ECHO_OVERLAP:
+        return False
+    said = {_stem(w) for _, content, _ in lines for w in content_words(content, speakers)}
+    return len(words & said) / len(words) < DEMO_ECHO_OVERLAP / 2
+
+
+def drop_demo_echoes(text: str, lines: list[SourceLine]) -> tuple[str, int]:
+    """``(text, dropped)``: a narrative without the sentences that echo a seed demo (``echoes_demo``); unchanged when
+    none does, else its sentences joined by single spaces."""
+    sentences = split_sentences(text)
+    kept = [x for x in sentences if not echoes_demo(x, lines)]
+    return (text, 0) if len(kept) == len(sentences) else (" ".join(kept), len(sentences) - len(kept))

@@ -282,3 +282,28 @@ def test_a_teller_and_listener_the_wrong_way_round_are_swapped():
     narrative = f"{wrong} Sam told Evan that he was thinking about trying painting."
     fixed, moved = reattribute_sentences(narrative, TRIP)
     assert moved == 1 and fixed.endswith("Sam told Evan that he was thinking about trying painting.")  # right already
+
+
+# ------------------------------------------------------------------------------------------- seed-demo echoes
+from nemori_dspy.insight_rules import drop_demo_echoes, echoes_demo  # noqa: E402
+
+
+@pytest.mark.parametrize("text", [
+    "Priya is starting a pottery class in April 2022.",                          # a demo fact, verbatim
+    "Sam's sister helped her dog with stairs by putting a treat on every step.",  # a demo fact with a new name
+])
+def test_a_seed_demo_restated_as_memory_is_an_echo(text):
+    assert echoes_demo(text, HEALTH)
+
+
+def test_a_fact_on_a_demo_topic_that_its_messages_hold_is_no_echo():
+    pottery = [("Melanie", "I'm starting a pottery class in April, so excited!", "2022-03-01"),
+               ("Caroline", "That's great, you'll love it.", "2022-03-01")]
+    assert not echoes_demo("Melanie is starting a pottery class in April 2022.", pottery)
+    assert not echoes_demo("Sam wants to cut down on sugar.", HEALTH)
+
+
+def test_demo_sentences_are_dropped_from_a_narrative_and_the_rest_kept():
+    text = "Sam told Evan he buys too much soda. Priya is starting a pottery class in April 2022."
+    assert drop_demo_echoes(text, HEALTH) == ("Sam told Evan he buys too much soda.", 1)
+    assert drop_demo_echoes("Sam likes soda.", HEALTH) == ("Sam likes soda.", 0)

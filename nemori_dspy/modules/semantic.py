@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import SourceLine, dated_message_lines, people_named, rule_insight, source_lines
+from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, people_named, rule_insight,
+                             source_lines)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..temporal import strip_relative_notes
@@ -116,6 +117,8 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
     1. machine noise (``noise.is_noise_insight``) → dropped, ``noise_insights_dropped``;
     2. junk (``junk.junk_reason``): an echo of an instruction or a field description, or a placeholder such as
        ``NOTHING_PREDICTED`` → dropped, ``insights_dropped.<instruction_echo|field_description_echo|placeholder>``;
+       with messages, a restatement of a seed demo that the episode does not hold (``insight_rules.echoes_demo``)
+       → dropped, ``insights_dropped.demo_echo``;
     3. with messages, ``insight_rules.rule_insight``: a question → ``insights_dropped.question``; a chat line or a
        copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
        chat line matching no message of its speaker → ``insights_dropped.chat_line``; any other chat line or copy
@@ -160,6 +163,8 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
     junk = junk_reason(insight)
     if junk is not None:
         return None, junk
+    if lines and echoes_demo(insight, lines):
+        return None, "demo_echo"
     fact, outcome = rule_insight(insight, lines) if lines else (insight, "kept")
     if fact is None:
         return None, outcome

@@ -220,3 +220,15 @@ def test_a_narrative_sentence_crediting_the_wrong_speaker_is_not_faithful(tmp_pa
     (verdict,) = mq.audit_memory(store, session1, _matcher()).narratives
     assert verdict.misattributed == [False, True] and verdict.supported[1] is False
     store.close()
+
+
+def test_a_seed_demo_fact_is_counted_as_junk(tmp_path, session1):
+    store = _store(tmp_path, session1)
+    vec = HashingEmbedder(64).embed(["x"])[0].tolist()
+    echo = "Priya is starting a pottery class in April 2022."  # the seed demo's, not synth-1's
+    store.commit_distillation(USER, "ep1", [SemanticEntry(id="echo", user_id=USER, text=echo, vector=vec,
+                                                          source_episode_ids=["ep1"])], [])
+    audit = mq.audit_memory(store, session1, _matcher())
+    assert {f.text: f for f in audit.facts}[echo].junk == "demo_echo"
+    assert audit.metrics.junk_reasons.get("entry:demo_echo") == 1
+    store.close()

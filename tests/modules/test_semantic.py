@@ -723,3 +723,15 @@ def test_relative_date_notes_are_not_stored_in_facts():
 
     assert clean_insights(["Caroline went to a support group on 7 May 2023 (yesterday)."]) == [
         "Caroline went to a support group on 7 May 2023."]
+
+
+def test_a_seed_demo_fact_the_episode_never_said_is_dropped_with_its_reason():
+    from nemori_dspy.modules.semantic import clean_insights
+    from nemori_dspy.usage import UsageLedger
+
+    ledger = UsageLedger()
+    with ledger.charging():
+        kept = clean_insights(["Tom's bike was at a repair shop in March 2022.", "Sam cycles to work every day."],
+                              "[2023-09-15 10:00]\nSam: I cycle to work every day now.\nEvan: Nice!")
+    assert kept == ["Sam cycles to work every day."]
+    assert ledger.counters.get("insights_dropped.demo_echo") == 1
