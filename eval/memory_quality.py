@@ -403,14 +403,15 @@ def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], g
     for j, entry in enumerate(entries):
         eps = list({episodes[s].id: episodes[s] for s in entry.source_episode_ids if s in episodes}.values())
         msgs = [m for ep in eps for m in ep.messages]
+        lines = source_lines(msgs)
         windows = [w for ep in eps for w in _windows(ep.messages)]
         supported = bool(windows) and bool(matcher.match_matrix([entry.text], windows).any())
         out.append(FactVerdict(
             id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text),
             copy_of_message=is_verbatim_copy(entry.text, [(m.speaker, m.content) for m in msgs]),
-            junk=junk_reason(entry.text) or ("demo_echo" if echoes_demo(entry.text, source_lines(msgs)) else None),
+            junk=junk_reason(entry.text) or ("demo_echo" if echoes_demo(entry.text, lines) else None),
             gold=[int(i) for i in np.nonzero(gold_hits[:, j])[0]],
-            sources_found=bool(eps), misattributed=misattributed_to(entry.text, source_lines(msgs)) is not None))
+            sources_found=bool(eps), misattributed=misattributed_to(entry.text, lines) is not None))
     return out
 
 

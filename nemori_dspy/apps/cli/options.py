@@ -65,7 +65,7 @@ def compose(*decorators: Decorator) -> Decorator:
 
 
 #: the settings flags' help and type, generated from ``NemoriSettings`` (``python -m nemori_dspy.apps.cli.options``)
-#: so that ``--help`` needs no pydantic-settings import; ``tests/apps/test_cli_options.py`` fails when it is stale.
+#: so that ``--help`` needs no pydantic-settings import; ``tests/test_cli.py`` fails when it is stale.
 SETTING_FLAGS_FILE = Path(__file__).with_name("setting_flags.json")
 
 
