@@ -28,7 +28,9 @@ compare prediction-error distillation with direct distillation: the paper's like
 Nemori-s: both answer from semantic memory only) and ``nemori`` vs ``nemori-s``.
 
 Writes ``<out>/ablation-<lm>-<slice>-<time>.json`` (``benchmarks.results_io.write_result``: params, figures
-and the machine) after every construction, so a long run stopped early keeps what it measured.
+and the machine) after every construction, so a long run stopped early keeps what it measured. A slice too long to
+build every construction in one sitting runs a group at a time (``--systems``) and ``--merge a.json b.json`` pairs
+the files' systems again (``merge_results``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ from nemori_dspy.eval.summary import RunResult
 from nemori_dspy.eval.systems import SYSTEMS, System, parse_systems
 
 __all__ = ["TABLE5", "DEFAULT_SYSTEMS", "BASELINE", "METRICS", "default_systems", "resolve_slice",
-           "construction_groups", "construction_cost", "figures", "distillation_findings", "report", "run", "main"]
+           "construction_groups", "construction_cost", "figures", "merge_results", "MERGE_KEYS", "distillation_findings",
+           "report", "run", "main"]
 
 #: Table 5's rows, in the paper's order: (system, the paper's name for it, native management ✓ / ✗ / –).
 TABLE5: list[tuple[str, str, str]] = [
@@ -173,9 +176,6 @@ def figures(groups: list[GroupRun], turns: int, metrics: list[str] | None = None
     """
     metrics = metrics or METRICS
     rows = [r for g in groups for r in g.summary.rows]
-    rank = {n: i for i, (n, *_) in enumerate(TABLE5)}
-    systems = sorted((s for g in groups for s in g.systems), key=lambda n: rank.get(n, len(rank)))  # Table 5 order
-    baseline = BASELINE if BASELINE in systems else systems[0]
     per: dict[str, Any] = {}
     for g in groups:
         cost = construction_cost(g.summary.construction_usage, turns, _reused(g.summary))
@@ -191,12 +191,72 @@ def figures(groups: list[GroupRun], turns: int, metrics: list[str] | None = None
                          "memory": g.summary.memory if builds else None,
                          "stage_activity": g.summary.stage_activity if builds else None,
                          "context_tokens": sum(tokens) / len(tokens) if tokens else None}
-    paired = paired_stats(rows, systems, baseline, metrics, n_resamples=n_resamples, seed=seed)
     keep = ("system", "sample_id", "index", "category", *metrics)
+    return _paired_figures(per, [{k: r[k] for k in keep if k in r} for r in rows], metrics, n_resamples, seed)
+
+
+def _paired_figures(per: dict[str, Any], rows: list[dict], metrics: list[str], n_resamples: int, seed: int
+                    ) -> dict[str, Any]:
+    """The result file's figures from per-system sections and per-question rows: systems in Table 5 order, the
+    baseline, paired differences and the distillation findings."""
+    rank = {n: i for i, (n, *_) in enumerate(TABLE5)}
+    systems = sorted(per, key=lambda n: rank.get(n, len(rank)))
+    baseline = BASELINE if BASELINE in systems else systems[0]
+    paired = paired_stats(rows, systems, baseline, metrics, n_resamples=n_resamples, seed=seed)
     return {"systems": systems, "baseline": baseline, "per_system": per, "paired": paired,
             "findings": distillation_findings(rows, n_resamples=n_resamples, seed=seed),
-            "questions": len({(r.get("sample_id"), r.get("index")) for r in rows}),
-            "per_question": [{k: r[k] for k in keep if k in r} for r in rows]}
+            "questions": len({(r.get("sample_id"), r.get("index")) for r in rows}), "per_question": rows}
+
+
+#: params two result files must share to be merged (the same data, slice, models and judge)
+MERGE_KEYS = ("data_sha256", "conversations", "sessions", "lm", "judge_model", "judge")
+
+
+def merge_results(paths: list[Path], metrics: list[str] | None = None, n_resamples: int = 10_000, seed: int = 0
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(params, figures)`` of several ablation result files run one construction group at a time (e.g. one per
+    session: ``--systems nemori,no-memory,...`` then ``--systems nemori-s,...``), with every system paired again
+    with ``nemori`` on the questions both answered (``per_question`` rows of each file). Files with different
+    ``--max-questions`` pair on the questions they share (stratified sampling deals the same questions first).
+
+    Raises:
+        ConfigError: fewer than two files; a file that is no ablation result; files that differ in a
+            ``MERGE_KEYS`` param (data, slice, model or judge: the field is named); a system in two files.
+    """
+    import json
+
+    if len(paths) < 2:
+        raise ConfigError("--merge takes two or more ablation result files (benchmarks/results/ablation-*.json)")
+    loaded = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        if "per_system" not in doc.get("figures", {}) or "per_question" not in doc["figures"]:
+            raise ConfigError(f"{path} is no ablation result file (no figures.per_system / per_question); "
+                              "pass files written by python -m benchmarks.ablation")
+        loaded.append((Path(path), doc))
+    first_path, first = loaded[0]
+    per: dict[str, Any] = {}
+    rows: list[dict] = []
+    for path, doc in loaded:
+        for key in MERGE_KEYS:
+            if doc["params"].get(key) != first["params"].get(key):
+                raise ConfigError(f"{path} and {first_path} differ in params.{key} ({doc['params'].get(key)!r} vs "
+                                  f"{first['params'].get(key)!r}); merge only runs of the same data, slice and models")
+        for name, section in doc["figures"]["per_system"].items():
+            if name in per:
+                raise ConfigError(f"system {name!r} is in more than one file ({path}); run each system once or "
+                                  "leave one file out")
+            per[name] = section
+        rows += doc["figures"]["per_question"]
+    params = {**{k: first["params"].get(k) for k in (*MERGE_KEYS, "data", "slice")},
+              "systems": list(per), "merged_from": [p.name for p, _ in loaded],
+              "max_questions": sorted({d["params"].get("max_questions") for _, d in loaded}, key=str),
+              "complete": all(d["params"].get("complete") for _, d in loaded),
+              "seconds": round(sum(d["params"].get("seconds") or 0 for _, d in loaded), 1),
+              "turns": first["params"].get("turns"),
+              "units": "scores and differences in [0, 1]; printed tables ×100"}
+    fig = _paired_figures(per, rows, metrics or METRICS, n_resamples, seed)
+    return params, {**fig, "report": report(fig)}
 
 
 def distillation_findings(rows: list[dict], metrics: tuple[str, ...] = ("judge", "f1"), n_resamples: int = 10_000,
@@ -407,7 +467,11 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError: unknown system or slice name; DatasetError: bad data or slice.
     """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True, help="locomo10.json or a file in its schema")
+    ap.add_argument("--data", type=Path, default=None, help="locomo10.json or a file in its schema (required "
+                                                             "unless --merge)")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULT",
+                    help="no run: merge result files of one slice run a construction group at a time, pair every "
+                         "system with nemori again, print the report and write the merged file")
     ap.add_argument("--lm", default="local:0.5b", help="'local:0.5b' (default), 'local:1.5b', a litellm model, "
                                                        "or 'scripted' (no model; smoke tests)")
     ap.add_argument("--slice", default=None, help="a named slice (eval.locomo.SLICES); else --conversations/--sessions")
@@ -425,6 +489,15 @@ def main(argv: list[str] | None = None) -> int:
                     "is no call, so it would hide the construction cost measured)")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the result file goes")
     a = ap.parse_args(argv)
+    if a.merge:
+        params, fig = merge_results(a.merge)
+        name = f"ablation-{_slug(params['lm'] or 'lm')}-{_slug(params['slice'] or params['sessions'] or 'all')}-merged"
+        path = write_result(name, params, fig, a.out)
+        print(fig["report"])
+        print(f"wrote {path}")
+        return 0
+    if a.data is None:
+        ap.error("--data is required (locomo10.json), unless --merge")
     ids = [s.strip() for s in a.conversations.split(",") if s.strip()] if a.conversations else None
     sessions = a.sessions
     if a.slice:

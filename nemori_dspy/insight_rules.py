@@ -319,6 +319,17 @@ _TELLER = re.compile(r"\b([A-Z][\w'’-]+)\s+(?:told|informed|asked|reminded|ass
                      r"(?:said|mentioned|explained|admitted|confided|revealed)\s+to)\s+([A-Z][\w'’-]+)\b")
 #: a line quoting its speaker, "Evan: Woah, such a view!"
 _QUOTE = re.compile(r"^\s*[A-Z][\w'’. -]{0,40}:\s")
+#: words that may open a greeting before the name it addresses ("Hey Sam!", "Thanks, Evan,")
+_GREETING = r"(?:hey|hi|hello|hiya|yo|oh|wow|aw+|thanks|thank you|dear|congrats|ha(?:ha)*)"
+
+
+def _without_address(text: str, name: str) -> str:
+    """``text`` without ``name`` (a case-folded first name) where it is only the person spoken to: at the start of
+    a sentence, alone or after a greeting and followed by ``!``/``,``/``.`` ("Hey Sam! I got back …"), or at the end
+    of a clause after a comma ("Great to hear, Sam!"). A name used any other way is kept."""
+    n = re.escape(name)
+    text = re.sub(rf"(^|[.!?]\s+)(?:{_GREETING}\W*\s*)?\b{n}\b\s*[!,.]", r"\1", text, flags=re.IGNORECASE)
+    return re.sub(rf",\s*\b{n}\b(?=\s*[!?.]|\s*$)", "", text, flags=re.IGNORECASE)
 
 
 def _stem(word: str) -> str:
@@ -364,7 +375,8 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
     names aside). Then:
 
     * **first person**: the message is *another* speaker's, speaks of its speaker (more first- than second-person
-      words), does not name the insight's person, and every message of the named speaker holds less than half of
+      words), does not name the insight's person (a name used only to address them, "Hey Sam! I got …", does not
+      count: ``_without_address``), and every message of the named speaker holds less than half of
       its share → the message's speaker is meant;
     * **second person**: the message is the named speaker's own, holds more of the insight than any other
       speaker's, and speaks of its listener (more second- than first-person words), in a chat of exactly two
@@ -396,7 +408,7 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
         return None
     share, key, tops = others[0]
     if (_clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops)
-            and not any(who in people_named(c, {who}) for c in tops)):
+            and not any(who in people_named(_without_address(c, who), {who}) for c in tops)):
         return first[who], first[key]
     if (second_person and _clear(own, len(words)) and own > share and len(first) == 2
             and all(_speaks_of(c) == "listener" for c in own_tops) and not _QUOTE.match(insight)

@@ -284,6 +284,22 @@ def test_a_teller_and_listener_the_wrong_way_round_are_swapped():
     assert moved == 1 and fixed.endswith("Sam told Evan that he was thinking about trying painting.")  # right already
 
 
+
+@pytest.mark.parametrize("fact", [
+    "Sam got back from a trip with his family in his new Prius.",
+    "Sam went to the Rockies and hiked the trails.",
+])
+def test_a_name_used_only_to_address_the_listener_does_not_keep_a_fact_with_them(fact):
+    # Evan's "Hey Sam! I just got back …" names Sam only as the person spoken to: the trip is Evan's
+    assert misattributed_to(fact, TRIP) == ("Sam", "Evan")
+
+
+def test_a_message_that_speaks_about_the_named_person_still_keeps_the_fact_with_them():
+    about = [("Evan", "I heard Sam got back from a trip in his new Prius, I am jealous.", "2023-05-18"),
+             ("Sam", "Yes it was fun.", "2023-05-18")]
+    assert misattributed_to("Sam got back from a trip in his new Prius.", about) is None
+
+
 # ------------------------------------------------------------------------------------------- seed-demo echoes
 from nemori_dspy.insight_rules import drop_demo_echoes, echoes_demo  # noqa: E402
 

@@ -124,3 +124,41 @@ def test_an_unknown_system_fails_before_anything_runs(tmp_path):
         main(["--data", str(SYNTHETIC_LOCOMO), "--lm", "scripted", "--systems", "nemori,bogus",
               "--run-dir", str(tmp_path / "r"), "--out", str(tmp_path)])
     assert not list(Path(tmp_path).glob("ablation-*.json"))
+
+
+def _split(out: dict, tmp: Path, groups: list[list[str]]) -> list[Path]:
+    """The one result file cut into one file per group of systems, as separate group-at-a-time runs write them."""
+    paths = []
+    for i, names in enumerate(groups):
+        fig = {"per_system": {n: out["figures"]["per_system"][n] for n in names},
+               "per_question": [r for r in out["figures"]["per_question"] if r["system"] in names]}
+        path = tmp / f"part{i}.json"
+        path.write_text(json.dumps({"params": {**out["params"], "systems": names}, "figures": fig}))
+        paths.append(path)
+    return paths
+
+
+def test_group_at_a_time_runs_merge_into_the_same_pairing_as_one_run(result, tmp_path, capsys):
+    out, _ = result
+    parts = _split(out, tmp_path, [["nemori", "no-memory", "nemori-no-episodic"], ["nemori-s", "nemori-no-raw"]])
+    assert main(["--merge", *map(str, parts), "--out", str(tmp_path / "merged")]) == 0
+    merged = json.loads(next((tmp_path / "merged").glob("ablation-scripted-*-merged.json")).read_text())
+    fig = merged["figures"]
+    assert merged["params"]["merged_from"] == ["part0.json", "part1.json"]
+    assert fig["paired"]["vs"]["nemori-s"] == out["figures"]["paired"]["vs"]["nemori-s"]  # paired across files
+    assert fig["findings"] == out["figures"]["findings"]
+    assert "| Nemori-s | nemori-s | ✓ |" in capsys.readouterr().out
+
+
+def test_merging_runs_of_different_data_or_the_same_system_twice_fails_naming_why(result, tmp_path):
+    out, _ = result
+    a, b = _split(out, tmp_path, [["nemori", "no-memory"], ["nemori-s"]])
+    other = json.loads(b.read_text())
+    other["params"]["judge_model"] = "another-judge"
+    b.write_text(json.dumps(other))
+    with pytest.raises(ConfigError, match="params.judge_model"):
+        ablation.merge_results([a, b])
+    with pytest.raises(ConfigError, match="'nemori' is in more than one file"):
+        ablation.merge_results([a, a])
+    with pytest.raises(ConfigError, match="two or more"):
+        ablation.merge_results([a])
