@@ -8,7 +8,8 @@ dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory b
   conversation's messages, so a ``--sessions`` slice counts only its own) that ≥ 1 live semantic entry states;
 * **fact support**: share of semantic entries that a message (or two consecutive messages) of their source
   episode(s) states, that are not a fragment (``junk.is_fragment``), not a verbatim copy of one message
-  (``insight_rules.is_verbatim_copy``) and not junk;
+  (``insight_rules.is_verbatim_copy``; an attributed quote, ``Sam said on 2023-09-15: “…”``, names who and when
+  and is no copy: counted apart as ``attributed``), not junk and credit no speaker with another's words;
 * **narrative faithfulness**: share of narrative sentences that a message window of their episode states and that
   credit no speaker with another's words (``insight_rules.misattributed_to``);
 * **narrative coverage**: share of the gold observations lying in an episode (by dia_id) that the episode's
@@ -47,7 +48,7 @@ from nemori_dspy.embedders import Embedder
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
 from nemori_dspy.eval.metrics import format_table
-from nemori_dspy.insight_rules import echoes_demo, is_verbatim_copy, misattributed_to, source_lines
+from nemori_dspy.insight_rules import echoes_demo, is_attributed, is_verbatim_copy, misattributed_to, source_lines
 from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates
@@ -268,13 +269,17 @@ class FactVerdict(BaseModel):
     copy_of_message: bool
     junk: str | None
     misattributed: bool = False
+    attributed: bool = False
     gold: list[int] = Field(default_factory=list)
     sources_found: bool = True
 
     @property
     def counts_as_support(self) -> bool:
-        """Supported, and not a fragment, a copy or junk."""
-        return self.supported and not self.fragment and not self.copy_of_message and self.junk is None
+        """Supported, and not a fragment, a copy, junk or misattributed. An attributed quote (``attributed``:
+        ``Sam said on 2023-09-15: “I quit the bakery.”``, the form the memory issue asks a copied chat line to take)
+        is no copy: it names who said it and when."""
+        return (self.supported and not self.fragment and not self.copy_of_message and self.junk is None
+                and not self.misattributed)
 
 
 class NarrativeVerdict(BaseModel):
@@ -315,6 +320,7 @@ class ConversationMemoryQuality(BaseModel):
     fragments: int = 0
     copies: int = 0
     misattributed: int = 0
+    attributed: int = 0
     narrative_sentences: int = 0
     sentences_supported: int = 0
     narrative_faithfulness: float | None = None
@@ -406,9 +412,10 @@ def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], g
         lines = source_lines(msgs)
         windows = [w for ep in eps for w in _windows(ep.messages)]
         supported = bool(windows) and bool(matcher.match_matrix([entry.text], windows).any())
+        attributed = is_attributed(entry.text)
         out.append(FactVerdict(
-            id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text),
-            copy_of_message=is_verbatim_copy(entry.text, [(m.speaker, m.content) for m in msgs]),
+            id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text), attributed=attributed,
+            copy_of_message=not attributed and is_verbatim_copy(entry.text, [(m.speaker, m.content) for m in msgs]),
             junk=junk_reason(entry.text) or ("demo_echo" if echoes_demo(entry.text, lines) else None),
             gold=[int(i) for i in np.nonzero(gold_hits[:, j])[0]],
             sources_found=bool(eps), misattributed=misattributed_to(entry.text, lines) is not None))
@@ -459,7 +466,8 @@ def audit_memory(store: MemoryStore, conv: LoCoMoConversation, matcher: FactMatc
         messages=sum(len(ep.message_ids) for ep in episodes), episodes=len(episodes), entries=len(entries),
         gold=len(golds), gold_matched=len(matched), entries_supported=sum(f.counts_as_support for f in facts),
         fragments=sum(f.fragment for f in facts), copies=sum(f.copy_of_message for f in facts),
-        misattributed=sum(f.misattributed for f in facts), narrative_sentences=sum(len(n.sentences) for n in narratives),
+        misattributed=sum(f.misattributed for f in facts), attributed=sum(f.attributed for f in facts),
+        narrative_sentences=sum(len(n.sentences) for n in narratives),
         sentences_supported=sum(sum(n.supported) for n in narratives),
         gold_located=len({i for n in narratives for i in n.gold}),
         gold_covered=len({i for n in narratives for i in n.covered}),
@@ -469,7 +477,7 @@ def audit_memory(store: MemoryStore, conv: LoCoMoConversation, matcher: FactMatc
 
 
 _COUNTS = ("sessions", "messages", "episodes", "entries", "gold", "gold_matched", "entries_supported", "fragments",
-           "copies", "misattributed", "narrative_sentences", "sentences_supported", "gold_located", "gold_covered", "junk_entries",
+           "copies", "misattributed", "attributed", "narrative_sentences", "sentences_supported", "gold_located", "gold_covered", "junk_entries",
            "junk_narratives")
 
 
@@ -490,7 +498,7 @@ _TABLE_COLUMNS = [("fact recall", "fact_recall", "pct"), ("fact support", "fact_
                   ("narr. faithful", "narrative_faithfulness", "pct"), ("narr. coverage", "narrative_coverage", "pct"),
                   ("junk entries", "junk_entries", "int"), ("junk narr.", "junk_narratives", "int"),
                   ("fragments", "fragments", "int"), ("copies", "copies", "int"),
-                  ("misattributed", "misattributed", "int"),
+                  ("misattributed", "misattributed", "int"), ("attributed quotes", "attributed", "int"),
                   ("ep/session", "episodes_per_session", "num"), ("msg/ep", "messages_per_episode", "num"),
                   ("facts/ep", "facts_per_episode", "num"), ("gold", "gold", "int"), ("entries", "entries", "int")]
 
@@ -664,7 +672,7 @@ def _print_audit(audit: MemoryAudit) -> None:
     for f in audit.facts:
         flags = (f"{'supported' if f.supported else 'UNSUPPORTED'}{'' if f.sources_found else ' (no source)'}"
                  f"{' FRAGMENT' if f.fragment else ''}{' COPY' if f.copy_of_message else ''}"
-                 f"{' MISATTRIBUTED' if f.misattributed else ''}"
+                 f"{' MISATTRIBUTED' if f.misattributed else ''}{' ATTRIBUTED' if f.attributed else ''}"
                  f"{' JUNK:' + f.junk if f.junk else ''}")
         print(f"  - {f.text}\n      {flags}" + "".join(f"\n      = gold: {audit.golds[i].text}" for i in f.gold))
 

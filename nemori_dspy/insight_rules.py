@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .types import StoredMessage
 
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
-           "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "message_lines", "dated_message_lines",
+           "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "echoes_demo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
@@ -217,6 +217,16 @@ def attributed_fact(speaker: str, date: str | None, text: str) -> str:
     """``Sam said on 2023-09-15: "I quit the bakery."`` (``Sam said: "…"`` without a date)."""
     when = f" on {date}" if date else ""
     return f"{speaker} said{when}: \u201c{quote_text(text)}\u201d"
+
+
+#: the form ``attributed_fact`` writes: a speaker, "said", an optional ISO date, a quoted passage
+_ATTRIBUTED = re.compile(r"^[A-Z][\w'’. -]{0,40} said(?: on \d{4}-\d{2}-\d{2})?: \u201c.+\u201d$", re.DOTALL)
+
+
+def is_attributed(text: str) -> bool:
+    """True if ``text`` is an attributed quote as ``attributed_fact`` writes it (``Sam said on 2023-09-15: “…”``):
+    a copied message turned into a fact with its speaker and date, not a bare copy."""
+    return bool(_ATTRIBUTED.match(text.strip()))
 
 
 def _ratio(a: str, b: str) -> float:

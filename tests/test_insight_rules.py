@@ -323,3 +323,11 @@ def test_demo_sentences_are_dropped_from_a_narrative_and_the_rest_kept():
     text = "Sam told Evan he buys too much soda. Priya is starting a pottery class in April 2022."
     assert drop_demo_echoes(text, HEALTH) == ("Sam told Evan he buys too much soda.", 1)
     assert drop_demo_echoes("Sam likes soda.", HEALTH) == ("Sam likes soda.", 0)
+
+
+def test_an_attributed_quote_is_recognised_in_the_form_attributed_fact_writes():
+    from nemori_dspy.insight_rules import attributed_fact, is_attributed
+
+    assert is_attributed(attributed_fact("Sam", "2023-09-15", "I quit the bakery"))
+    assert is_attributed(attributed_fact("Sam", None, "I quit the bakery"))
+    assert not is_attributed("Sam said he quit the bakery.") and not is_attributed("Sam: I quit the bakery")

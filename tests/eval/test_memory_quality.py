@@ -200,6 +200,7 @@ def test_a_fact_crediting_the_wrong_speaker_is_counted_misattributed(tmp_path, s
     audit = mq.audit_memory(store, session1, _matcher())
     verdict = {f.text: f for f in audit.facts}
     assert not verdict[right].misattributed and verdict[swapped].misattributed
+    assert verdict[swapped].supported and not verdict[swapped].counts_as_support  # a window states it; wrong person
     assert audit.metrics.misattributed == 1 and "misattributed" in mq.memory_table(
         [mq.MemoryQuality(system="nemori", conversations=[audit.metrics], aggregate=audit.metrics)])
     store.close()
@@ -231,4 +232,20 @@ def test_a_seed_demo_fact_is_counted_as_junk(tmp_path, session1):
     audit = mq.audit_memory(store, session1, _matcher())
     assert {f.text: f for f in audit.facts}[echo].junk == "demo_echo"
     assert audit.metrics.junk_reasons.get("entry:demo_echo") == 1
+    store.close()
+
+
+def test_an_attributed_quote_is_no_copy_and_counts_as_support(tmp_path, session1):
+    from nemori_dspy.insight_rules import attributed_fact
+
+    store = _store(tmp_path, session1)
+    line = next(m for m in session1.messages if m.id == "D1:15")
+    quote = attributed_fact(line.speaker, f"{line.timestamp:%Y-%m-%d}", line.content)
+    vec = HashingEmbedder(64).embed(["x"])[0].tolist()
+    store.commit_distillation(USER, "ep1", [SemanticEntry(id="q", user_id=USER, text=quote, vector=vec,
+                                                          source_episode_ids=["ep1"])], [])
+    audit = mq.audit_memory(store, session1, _matcher())
+    verdict = {f.text: f for f in audit.facts}[quote]
+    assert verdict.attributed and not verdict.copy_of_message and verdict.counts_as_support
+    assert audit.metrics.attributed == 1 and audit.metrics.copies == 1  # the bare copy is still a copy
     store.close()
