@@ -41,9 +41,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
+from benchmarks.lm_runtime import SCRIPTED, lm_overrides, lm_runtime
 from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.eval.locomo import LoCoMoConversation, dataset_sha256, load_locomo, parse_sessions, slice_sessions
@@ -384,29 +384,21 @@ def report(fig: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------------- running
 @contextmanager
 def _runtime(lm: str, base: dict[str, Any]) -> Iterator[tuple[Any, Any, Callable[[list[Any]], Any]]]:
-    """(settings, runtime, judge factory) for ``lm``: ``scripted`` (the scripted LM, hashing embedder; tests)
-    or ``local:<size>`` / a litellm model through ``build_runtime``. The judge factory takes the calibration
-    pairs and returns the eval's judge panel."""
+    """(settings, runtime, judge factory) for ``lm`` (``benchmarks.lm_runtime``; ``scripted`` runs on the hashing
+    embedder). The judge factory takes the calibration pairs and returns the eval's judge panel."""
     from nemori_dspy.config import NemoriSettings
 
-    if lm == "scripted":
-        import dspy
+    scripted = lm == SCRIPTED
+    settings = NemoriSettings(**{**({"embedder": "hashing-64"} if scripted else {}), **base, **lm_overrides(lm)})
+    with lm_runtime(lm, settings) as rt:
+        if scripted:
+            from nemori_dspy.eval.judge import JudgePanel, LLMJudge
 
-        from nemori_dspy.eval.judge import JudgePanel, LLMJudge
-        from nemori_dspy.testing import ScriptedLM, default_responders
+            yield settings, rt, lambda audit: JudgePanel({"judge": LLMJudge(model_label=SCRIPTED)}, audit)
+        else:
+            from nemori_dspy.apps.context import locomo_judges
 
-        settings = NemoriSettings(**{"embedder": "hashing-64", **base})
-        rt = SimpleNamespace(stage_lms={}, model_label="scripted", judge_label="scripted")
-        with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
-            yield settings, rt, lambda audit: JudgePanel({"judge": LLMJudge(model_label="scripted")}, audit)
-        return
-    from nemori_dspy.apps.context import locomo_judges
-    from nemori_dspy.runtime import build_runtime
-
-    over = {"model": "local", "local_model_size": lm.split(":", 1)[1]} if lm.startswith("local:") else {"model": lm}
-    settings = NemoriSettings(**{**base, **over})
-    with build_runtime(settings) as rt:
-        yield settings, rt, lambda audit: locomo_judges(settings, rt, audit)
+            yield settings, rt, lambda audit: locomo_judges(settings, rt, audit)
 
 
 def _conversations(data: Path, conversations: list[str] | None, sessions: str | None) -> list[LoCoMoConversation]:

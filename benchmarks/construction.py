@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import dspy
-
+from benchmarks.lm_runtime import SCRIPTED, lm_overrides, lm_runtime
 from benchmarks.machine import describe_machine
 from nemori_dspy.config import PAPER_FAITHFUL, NemoriSettings
 from nemori_dspy.embedders import Embedder, HashingEmbedder, resolve_embedder
@@ -54,7 +53,6 @@ from nemori_dspy.eval.runner import CONSTRUCTION_STAGES, answer_and_score, inges
 from nemori_dspy.formatting import count_tokens
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
-from nemori_dspy.testing import ScriptedLM, default_responders
 from nemori_dspy.usage import Usage, UsageLedger  # noqa: F401 (Usage: per-stage figures)
 
 __all__ = ["CONFIGS", "TARGETS", "ConfigResult", "AnswerOptions", "run", "table", "score_table", "within", "spaced",
@@ -262,17 +260,10 @@ def _lm(spec: str, base: dict[str, Any], judge: bool = False) -> Iterator[tuple[
     ``judge`` is an ``LLMJudge`` on ``base["judge_model"]`` (or the answer model) when asked for, else None."""
     from nemori_dspy.eval.judge import LLMJudge
 
-    if spec == "scripted":
-        with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
-            yield HashingEmbedder(64), "scripted", LLMJudge(model_label="scripted") if judge else None
-        return
-    from nemori_dspy.runtime import build_runtime
-
-    over = ({"model": "local", "local_model_size": spec.split(":", 1)[1]} if spec.startswith("local:")
-            else {"model": spec})
-    settings = NemoriSettings(**{**base, **over})
-    with build_runtime(settings) as rt:
-        yield (resolve_embedder(settings), rt.model_label,
+    scripted = spec == SCRIPTED
+    settings = NemoriSettings(**{**base, **lm_overrides(spec)})
+    with lm_runtime(spec, settings) as rt:
+        yield (HashingEmbedder(64) if scripted else resolve_embedder(settings), rt.model_label,
                LLMJudge(lm=rt.judge_lm, model_label=rt.judge_label) if judge else None)
 
 

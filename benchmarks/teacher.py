@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from benchmarks.lm_runtime import lm_runtime
 from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 
@@ -65,18 +66,8 @@ def _memory(settings: Any, lm: str, program: dict[str, Any] | None) -> Iterator[
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "m.sqlite3")
         try:
-            if lm == "scripted":
-                import dspy
-
-                from nemori_dspy.testing import ScriptedLM, default_responders
-
-                with dspy.context(lm=ScriptedLM(default_responders()), adapter=dspy.ChatAdapter()):
-                    yield build_memory(settings, store, resolve_embedder(settings), None, program)
-                return
-            from nemori_dspy.runtime import build_runtime
-
-            with build_runtime(settings) as rt:
-                yield build_memory(settings, store, resolve_embedder(settings), rt.stage_lms, program)
+            with lm_runtime(lm, settings) as rt:
+                yield build_memory(settings, store, resolve_embedder(settings), rt.stage_lms or None, program)
         finally:
             store.close()
 

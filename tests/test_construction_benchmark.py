@@ -37,7 +37,7 @@ def test_answer_coverage_counts_gold_words_found():
 
 
 def test_a_switch_falling_back_shows_in_its_counters(monkeypatch):
-    import benchmarks.construction as bench
+    import nemori_dspy.testing as testing
     from nemori_dspy.testing import default_responders
 
     def broken_batch():
@@ -45,7 +45,7 @@ def test_a_switch_falling_back_shows_in_its_counters(monkeypatch):
         responders["NarrateEpisodes"] = lambda i: "not the format"
         return responders
 
-    monkeypatch.setattr(bench, "default_responders", broken_batch)
+    monkeypatch.setattr(testing, "default_responders", broken_batch)  # benchmarks.lm_runtime reads it at use
     results, _ = run(SYNTHETIC_LOCOMO, "1-2", None, "scripted", ["paper", "narrate-batched"], progress=False)
     paper, batched = results
     assert "narrate_batch_fallback" not in paper.counters and batched.counters["narrate_batch_fallback"] > 0
