@@ -8,7 +8,9 @@ comparable.
 
 from __future__ import annotations
 
+import re
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -16,11 +18,12 @@ import dspy
 from pydantic import BaseModel, Field
 
 from nemori_dspy.errors import LLMError, RateLimitedError
+from nemori_dspy.junk import STOP_WORDS
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import JudgeAnswer, JudgeAnswerStrict, signature_hash
 from nemori_dspy.usage import tally
 
-__all__ = ["LLMJudge", "Verdict", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel",
+__all__ = ["LLMJudge", "Verdict", "known_wrong", "JUDGE_PROMPT_HASH", "JUDGE_STRICT_PROMPT_HASH", "JUDGE_METRICS", "JudgePanel",
            "as_panel"]
 
 #: sha256[:12] of the judge signature's instruction and fields.
@@ -44,11 +47,51 @@ class Verdict(BaseModel):
     overridden: bool = Field(default=False, description="the strict judge said CORRECT against its own findings; "
                              "the guard made it WRONG")
     failed: bool = Field(default=False, description="the judge gave no usable reply after its retries (WRONG)")
+    rule: str | None = Field(default=None, description="the known-wrong rule that decided WRONG without a judge "
+                             "call (``known_wrong``: 'empty', 'restates_question'), else None")
 
     @property
     def score(self) -> float:
         """1.0 for CORRECT, 0.0 for WRONG."""
         return 1.0 if self.label == "CORRECT" else 0.0
+
+
+_WORD = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=4096)
+def _stem(word: str) -> str:
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer().stem(word)
+
+
+def _content_stems(text: str) -> set[str]:
+    """Porter stems of the words of ``text`` that are not ``junk.STOP_WORDS`` (digits kept: "2" is content)."""
+    return {_stem(w) for w in _WORD.findall(str(text).casefold()) if w not in STOP_WORDS}
+
+
+def known_wrong(question: str, gold: str, answer: str) -> str | None:
+    """Why ``answer`` is WRONG without asking a judge model, or None (the model decides).
+
+    * ``"empty"``: no answer at all (an answer stage that failed is scored as an empty answer);
+    * ``"restates_question"``: the answer has two or more content words and every one is the question's (Porter stems,
+      ``junk.STOP_WORDS`` ignored) while the gold has a content word the question lacks, so the answer cannot
+      hold it: "Sam agreed to try instead of soda and candy." to "What did Sam agree to try instead of soda and
+      candy?" (gold: flavored seltzer water). Answers the question itself spells out ("camping trip" to "…walking
+      tours or a camping trip?"), one-word answers ("Prius" to "…after his old Prius broke down?", gold "new Prius")
+      and bare yes/no answers go to the model.
+
+    A small judge model marks such answers CORRECT: of the 200 answers of the conv-49 ablation
+    (benchmarks/results/ablation-local_0.5b-memory-20261204-135954.json) the 1.5B judge called 4 of 14 empty
+    answers and 2 of 4 restated questions CORRECT.
+    """
+    if not str(answer).strip():
+        return "empty"
+    said, asked = _content_stems(answer), _content_stems(question)
+    if len(said) >= 2 and said <= asked and _content_stems(gold) - asked:
+        return "restates_question"
+    return None
 
 
 class LLMJudge:
@@ -61,7 +104,8 @@ class LLMJudge:
     Thread-safe: an eval judges answers from several threads. The strict judge's
     label is checked against its own findings: CORRECT stands only if it also said the key facts are
     present and nothing contradicts the gold (a deterministic guard; overrides counted as the ledger
-    counter ``judge_strict_overrides``).
+    counter ``judge_strict_overrides``). An answer ``known_wrong`` rules out (empty, or restating the question)
+    is WRONG without a call (counted as ``judge_known_wrong.<rule>``).
 
     Args:
         lm: the judge LM (None = ``dspy.settings.lm``); configurable apart from the answer model.
@@ -86,6 +130,10 @@ class LLMJudge:
         Raises:
             RateLimitedError: the provider refused the judge call for rate limits (after litellm's retries).
         """
+        rule = known_wrong(question, gold, answer)
+        if rule:
+            tally(f"judge_known_wrong.{rule}")
+            return Verdict(label="WRONG", rule=rule)
         try:
             pred = self.predict(question=question, gold_answer=gold, generated_answer=answer)
         except RateLimitedError:

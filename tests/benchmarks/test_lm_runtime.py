@@ -12,7 +12,8 @@ def test_lm_overrides_select_the_model_the_switch_names():
 
 
 def test_scripted_runtime_configures_the_scripted_lm_only_inside_the_block():
+    before = dspy.settings.lm
     with lm_runtime(SCRIPTED, NemoriSettings(embedder="hashing-64")) as rt:
-        assert isinstance(dspy.settings.lm, ScriptedLM)
+        assert isinstance(dspy.settings.lm, ScriptedLM) and dspy.settings.lm is not before
         assert rt.stage_lms == {} and rt.judge_lm is None and rt.model_label == SCRIPTED
-    assert not isinstance(dspy.settings.lm, ScriptedLM)
+    assert dspy.settings.lm is before

@@ -12,6 +12,7 @@ from nemori_dspy.eval.judge import (
     JudgePanel,
     LLMJudge,
     as_panel,
+    known_wrong,
 )
 from nemori_dspy.signatures import SIGNATURES, JudgeAnswerStrict, signature_hash
 from tests.fakes import ScriptedLM, chat_reply, default_responders
@@ -64,3 +65,26 @@ def test_strict_signature_states_its_rules():
     text = JudgeAnswerStrict.instructions.lower()
     assert "every key fact" in text and "contradict" in text and "precision" in text
     assert set(JudgeAnswerStrict.output_fields) == {"key_facts_present", "contradicts_gold", "label"}
+
+
+def test_an_empty_answer_or_the_question_restated_is_wrong_without_a_judge_call(ledger):
+    """A lenient model judge (the 1.5B) calls both CORRECT: they never reach it."""
+    lm = ScriptedLM({"JudgeAnswer": lambda i: chat_reply(reasoning="close enough", label="CORRECT")})
+    q = dspy.Example(question="What did Sam agree to try instead of soda and candy?", answer="flavored seltzer water")
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        judge = LLMJudge()
+        empty = judge.assess(q, dspy.Prediction(answer="  "))
+        echo = judge.assess(q, dspy.Prediction(answer="Sam agreed to try instead of soda and candy."))
+        assert (empty.label, empty.rule, echo.label, echo.rule) == ("WRONG", "empty", "WRONG", "restates_question")
+        assert lm.prompts == [] and judge(q, dspy.Prediction(answer="seltzer water")) == 1.0
+    assert ledger.counters["judge_known_wrong.empty"] >= 1 and ledger.counters["judge_known_wrong.restates_question"] >= 1
+
+
+@pytest.mark.parametrize("question,gold,answer", [
+    ("Which would Evan prefer, walking tours in a city or a camping trip?", "camping trip", "a camping trip"),
+    ("What type of car did Evan get after his old Prius broke down?", "new Prius", "Prius"),
+    ("Did Sam quit the bakery?", "No, he stayed", "No"),
+    ("How many Prius has Evan owned?", "two", "2 of them"),
+])
+def test_answers_the_question_itself_holds_or_one_word_answers_go_to_the_model(question, gold, answer):
+    assert known_wrong(question, gold, answer) is None
