@@ -5,7 +5,8 @@ A small distiller often copies chat lines instead of distilling knowledge: ``"Ca
 see you!"``, ``"I quit the bakery."``. Dropping every such line left semantic memory empty in six of eight short
 conversations, though many carry a fact. The rules, where they are reliable:
 
-* **question**: the insight ends with ``?``: a question states no fact (dropped);
+* **question**: the insight ends with ``?``, or reports a question (``"Evan asks Sam if he has any recipes for
+  grilled dishes."``, ``is_reported_question``): a question states no fact (dropped);
 * **chat line**: it starts with ``<speaker>:`` for a speaker of the episode (the message format, never a
   third-person statement);
 * **copy**: its text matches one of the episode's messages, or a run of one to three of a message's sentences
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .types import StoredMessage
 
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
-           "not_a_fact", "is_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
+           "not_a_fact", "is_question", "is_reported_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "echoes_demo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
@@ -63,9 +64,29 @@ def _key(text: str) -> str:
     return " ".join(_WORDS.findall(text.casefold()))
 
 
+#: "<Name> asks/asked/wonders [<Name>] if/whether …" or "<Name> asked <Name> what/how/…": a reported question, a fact
+#: about the conversation only.
+_REPORTED_QUESTION = re.compile(
+    r"^\s*[A-Z][\w'’-]+\s+(?:(?:is|was)\s+)?(?:ask(?:s|ed|ing)?|wonder(?:s|ed|ing)?|inquir(?:es|ed|ing|e)|"
+    r"(?:wants|wanted)\s+to\s+know)\s+(?:(?:[A-Z][\w'’-]+\s+)?(?:if|whether)|[A-Z][\w'’-]+\s+"
+    r"(?:what|which|how|why|when|where|who))\b")
+
+
 def is_question(insight: str) -> bool:
-    """True if ``insight`` ends with a question mark (after closing quotes/brackets)."""
-    return insight.rstrip(" \t\"')]}").endswith("?")
+    """True if ``insight`` ends with a question mark (after closing quotes/brackets) or is a reported question
+    (``is_reported_question``)."""
+    return insight.rstrip(" \t\"')]}").endswith("?") or is_reported_question(insight)
+
+
+def is_reported_question(insight: str) -> bool:
+    """True if ``insight`` only reports that someone asked something: a name, an asking verb (``asks``, ``asked``,
+    ``wonders``, ``inquired``, ``wants to know``), then ``if``/``whether`` (the person asked may come between) or
+    the person asked and a wh-word (``"Evan asks Sam if he has any recipes for grilled dishes."``, ``"Evan asked
+    Sam what he did on Sunday."``). Such a sentence records a turn of the conversation, not what anyone is, has or
+    did (on the conv-49 memory of 2026-12-04, 5 of 95 stored facts had this form). Not matched, since what follows
+    may carry a fact: ``"Sam asked about Evan's new job"``, ``"Melanie asked what happened at the group"``,
+    ``"Evan asked his doctor if he could ski"``."""
+    return bool(_REPORTED_QUESTION.match(insight))
 
 
 def is_chat_line(insight: str, speakers: set[str]) -> bool:

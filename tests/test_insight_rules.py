@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nemori_dspy.insight_rules import message_lines, not_a_fact
+from nemori_dspy.insight_rules import is_reported_question, message_lines, not_a_fact
 
 EPISODE = "\n".join([
     "[2023-05-08 13:56] Caroline: I went to a LGBTQ support group on 7 May 2023 (yesterday) and it was so powerful.",
@@ -34,6 +34,23 @@ def test_lines_under_a_shared_time_line_are_read_and_the_time_line_skipped():
 ])
 def test_what_is_not_a_fact_is_named(insight, reason):
     assert not_a_fact(insight, EPISODE) == reason
+
+
+@pytest.mark.parametrize("insight,reported", [
+    ("Evan asks Sam if he has any recipes for grilled dishes.", True),
+    ("Evan asked Sam if he was doing well on his fitness goals.", True),
+    ("Caroline is asking Melanie whether she likes hiking.", True),
+    ("Caroline wants to know if Melanie painted it.", True),
+    ("Melanie asked Caroline how the support group went.", True),
+    ("Melanie wondered how the support group went.", False),         # names no listener: what follows may be news
+    ("Sam asked about Evan's new job.", False),                      # the object may carry a fact
+    ("Evan asked his doctor if he could ski again.", False),         # someone else was asked: a fact about Evan
+    ("Evan mentioned that he asked Sam if he could come.", False),
+    ("Evan suggests going hiking in the Rocky Mountains.", False),
+])
+def test_a_reported_question_is_a_question(insight, reported):
+    assert is_reported_question(insight) is reported
+    assert (not_a_fact(insight, EPISODE) == "question") is reported
 
 
 @pytest.mark.parametrize("insight", [

@@ -611,6 +611,14 @@ def test_a_copied_chat_line_becomes_one_attributed_dated_fact_and_a_question_is_
     assert _dropped(ledger) == {"insights_dropped.question": 1} and ledger.counters["insights_attributed"] == 1
 
 
+def test_a_reported_question_is_dropped_as_a_question(tmp_path, ledger):
+    # conv-49 (2026-12-04): "Evan asks Sam if he has any recipes for grilled dishes." was stored as a fact
+    pred = _distill(tmp_path, ["Melanie asks Caroline if she has any pets.", "Caroline asked Melanie what she painted.",
+                               "Caroline adopted a dog named Rex on 8 May 2023."])
+    assert pred.insights == ["Caroline adopted a dog named Rex on 8 May 2023."]
+    assert _dropped(ledger) == {"insights_dropped.question": 2}
+
+
 
 @pytest.mark.parametrize("distillation", ["prediction_error", "direct"])
 def test_junk_and_fragments_are_never_stored_and_each_is_counted(tmp_path, ledger, distillation):
