@@ -1,9 +1,10 @@
 """The teacher table: how much of the gap between the small and the larger local model a tuned prompt closes, on
 the same held-out narrate examples.
 
-usage: python -m benchmarks.teacher --data locomo10.json --test conv-42,conv-43
+usage: python -m benchmarks.teacher --data locomo10.json --test conv-42,conv-43 [--sessions A-B]
                                     [--program runs/optimize-<time>/program.json] [--optimize-result result.json]
-                                    [--rows 0.5b,0.5b-tuned,1.5b] [--max-examples N] [--out DIR]
+                                    [--reuse-optimize-test] [--rows 0.5b,0.5b-tuned,1.5b] [--max-examples N]
+                                    [--out DIR]
 
 Rows (P_nar on every labelled LoCoMo session of the ``--test`` conversations, rendered as the pipeline renders an
 episode: ``optimizers.datasets.narrate_session_examples``):
@@ -12,6 +13,11 @@ episode: ``optimizers.datasets.narrate_session_examples``):
 * ``0.5b-tuned``: the same with ``--program`` applied (e.g. ``optimize --stage narrate --examples sessions`` with
   the 1.5B as ``--reflection-model``, the teacher);
 * ``1.5b``: the 1.5B model with the default prompt (``local_memory_model=1.5b``, the shipped default).
+
+``--sessions A-B`` keeps sessions A-B of each test conversation (as ``optimize --sessions`` does). With
+``--reuse-optimize-test`` the ``0.5b`` and ``0.5b-tuned`` rows are the optimize run's own test scores before and after
+tuning (``--optimize-result``'s ``test_before`` / ``test_after``, per example), so only the ``1.5b`` row runs; pass
+the optimize run's ``--test`` and ``--sessions`` so the examples are the same (the counts must match).
 
 Each row is scored with the narrate stage metric of ``optimize`` (``ObservationMetric``: coverage of the session's
 gold observations and faithfulness to its messages, minus a length penalty; echo or copy = 0), with the mean, 95%
@@ -35,7 +41,7 @@ from benchmarks.lm_runtime import lm_runtime
 from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 
-__all__ = ["ROWS", "row_settings", "score_row", "figures", "report", "main"]
+__all__ = ["ROWS", "row_settings", "score_row", "optimize_rows", "figures", "report", "main"]
 
 #: row name → (the model that writes memory, whether ``--program`` is applied).
 ROWS: dict[str, tuple[str, bool]] = {"0.5b": ("0.5b", False), "0.5b-tuned": ("0.5b", True), "1.5b": ("1.5b", False)}
@@ -103,6 +109,29 @@ def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, An
             "minutes": round((time.perf_counter() - t0) / 60, 2)}
 
 
+def optimize_rows(path: Path, n: int) -> list[dict[str, Any]]:
+    """Rows ``0.5b`` and ``0.5b-tuned`` from an optimize run's ``result.json``: its narrate stage's test scores
+    before and after tuning (per example, in [0, 1]), usage and minutes marked as spent inside that run.
+
+    Raises:
+        ConfigError: no narrate stage or no test scores in the file, or ``n`` (this run's examples) differs from
+            the optimize run's test count (other conversations or sessions).
+    """
+    narrate = [r for r in json.loads(path.read_text()) if r.get("stage") == "narrate"]
+    if not narrate or not narrate[0].get("test_before") or not narrate[0].get("test_after"):
+        raise ConfigError(f"{path}: no narrate test scores. Fix: pass the result.json of an optimize --stage narrate "
+                          "run with --test, or drop --reuse-optimize-test.")
+    rows = []
+    for row, key in (("0.5b", "test_before"), ("0.5b-tuned", "test_after")):
+        score = narrate[0][key]
+        if score["n"] != n:
+            raise ConfigError(f"{path}: the optimize run scored {score['n']} test examples, this run has {n}. Fix: "
+                              "pass the optimize run's --test and --sessions (and no --max-examples).")
+        rows.append({"row": row, **{k: score[k] for k in ("mean", "low", "high", "n", "scores")}, "usage": {},
+                     "minutes": 0.0, "from": f"{path} ({key})"})
+    return rows
+
+
 def figures(rows: list[dict[str, Any]], optimize_cost: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rows with their paired difference against ``0.5b`` (when both ran on the same examples) and the share of
     the 0.5B → 1.5B gap the tuned prompt closes (None when a row is missing or the gap is 0)."""
@@ -132,7 +161,8 @@ def report(fig: dict[str, Any]) -> str:
         p = r.get("paired_vs_0.5b")
         diff = f"{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]" if p else "–"
         lines.append([r["row"], f"{100 * r['mean']:.1f} [{100 * r['low']:.1f}–{100 * r['high']:.1f}]", r["n"], diff,
-                      _calls(r["usage"]), f"{r['minutes']:.1f}"])
+                      "optimize run's test" if r.get("from") else _calls(r["usage"]),
+                      "–" if r.get("from") else f"{r['minutes']:.1f}"])
     out = md_table(["row", "narrate metric [95% CI]", "n", "− 0.5b, paired [95% CI]", "cost", "min"], lines)
     if fig.get("gap_closed") is not None:
         out += f"\n\ngap closed by tuning: {100 * fig['gap_closed']:.0f}% of the 0.5B → 1.5B difference"
@@ -158,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         ConfigError: unknown row, missing program; DatasetError: bad data or conversation ids.
     """
-    from nemori_dspy.eval.locomo import load_locomo
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
     from nemori_dspy.eval.model import load_program
+    from nemori_dspy.optimizers.datasets import narrate_session_examples
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True, help="locomo10.json or a file in its schema")
@@ -169,22 +201,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=None, help=f"comma-separated (default: {','.join(ROWS)}; without --program "
                                                  "the tuned row is left out)")
     ap.add_argument("--lm", default="local", choices=["local", "scripted"], help="'scripted': no model (tests)")
+    ap.add_argument("--sessions", default=None, help="sessions A-B of each test conversation (default: all), as "
+                                                     "optimize --sessions")
+    ap.add_argument("--reuse-optimize-test", action="store_true",
+                    help="rows 0.5b and 0.5b-tuned from --optimize-result's test scores; only 1.5b runs")
     ap.add_argument("--max-examples", type=int, default=None, help="score only the first N sessions")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the result file goes")
     a = ap.parse_args(argv)
-    rows = a.rows.split(",") if a.rows else [r for r in ROWS if a.program or not ROWS[r][1]]
+    if a.reuse_optimize_test and a.optimize_result is None:
+        raise ConfigError("--reuse-optimize-test reads the optimize run's test scores. Fix: pass --optimize-result "
+                          "runs/optimize-<time>/result.json.")
+    rows = a.rows.split(",") if a.rows else [r for r in ROWS if a.program or a.reuse_optimize_test or not ROWS[r][1]]
+    reused = [r for r in rows if r != "1.5b"] if a.reuse_optimize_test else []
     for r in rows:
         row_settings(r, a.lm)  # unknown rows fail before any model loads
-        if ROWS[r][1] and a.program is None:
+        if ROWS[r][1] and a.program is None and r not in reused:
             raise ConfigError(f"row {r!r} needs the tuned program. Fix: pass --program "
                               "runs/optimize-<time>/program.json.")
     program = load_program(str(a.program)) if a.program else None
     convs = load_locomo(a.data, [c.strip() for c in a.test.split(",") if c.strip()])
-    scored = [score_row(r, a.lm, convs, program, a.max_examples) for r in rows]
+    if a.sessions:
+        convs = [slice_sessions(c, parse_sessions(a.sessions)) for c in convs]
+    scored = [score_row(r, a.lm, convs, program, a.max_examples) for r in rows if r not in reused]
+    if reused:
+        n = scored[0]["n"] if scored else len(narrate_session_examples(convs, NemoriSettings(_env_file=None)))
+        scored = [*[x for x in optimize_rows(a.optimize_result, n) if x["row"] in reused], *scored]
     fig = figures(scored, _optimize_cost(a.optimize_result))
     print(report(fig))
     params = {"data": str(a.data), "test": a.test, "program": str(a.program) if a.program else None, "rows": rows,
               "lm": a.lm, "max_examples": a.max_examples, "stage": "narrate", "examples": "sessions",
+              "sessions": a.sessions, "rows_from_optimize": reused,
               "units": "scores in [0, 1]; printed ×100"}
     path = write_result(f"teacher-narrate-{time.strftime('%Y%m%d-%H%M%S')}", params, {**fig, "report": report(fig)},
                         a.out)

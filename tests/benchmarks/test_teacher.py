@@ -41,3 +41,40 @@ def test_gap_closed_is_the_tuned_rows_share_of_the_difference():
     rows = [{"row": "0.5b", "mean": 0.2, "scores": [0.2]}, {"row": "0.5b-tuned", "mean": 0.3, "scores": [0.3]},
             {"row": "1.5b", "mean": 0.6, "scores": [0.6]}]
     assert teacher.figures(rows)["gap_closed"] == pytest.approx(0.25)
+
+
+def _optimize_result(path: Path, before: list[float], after: list[float]) -> Path:
+    def score(xs: list[float]) -> dict:
+        return {"mean": sum(xs) / len(xs), "low": min(xs), "high": max(xs), "n": len(xs), "scores": xs}
+
+    path.write_text(json.dumps([{"stage": "narrate", "test_before": score(before), "test_after": score(after),
+                                 "cost": {"narrate": {"calls": 7}}, "seconds": 60}]))
+    return path
+
+
+def test_the_small_rows_can_come_from_the_optimize_runs_test_scores_on_the_same_sessions(tmp_path, capsys):
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
+    from nemori_dspy.optimizers.datasets import narrate_session_examples
+
+    convs = [slice_sessions(c, parse_sessions("1-2")) for c in load_locomo(DATA, ["conv-c"])]
+    n = len(narrate_session_examples(convs, NemoriSettings(_env_file=None)))
+    result = _optimize_result(tmp_path / "result.json", [0.1] * n, [0.2] * n)
+    assert teacher.main(["--data", str(DATA), "--test", "conv-c", "--sessions", "1-2", "--lm", "scripted",
+                         "--optimize-result", str(result), "--reuse-optimize-test", "--out", str(tmp_path)]) == 0
+    fig = json.loads(next(tmp_path.glob("teacher-narrate-*.json")).read_text())["figures"]
+    rows = {r["row"]: r for r in fig["rows"]}
+    assert list(rows) == ["0.5b", "0.5b-tuned", "1.5b"] and {r["n"] for r in rows.values()} == {n}
+    assert rows["0.5b-tuned"]["scores"] == [0.2] * n and rows["0.5b"]["from"].endswith("(test_before)")
+    assert rows["1.5b"]["usage"]["narrate"]["calls"] == n  # only the 1.5b row ran
+    assert rows["0.5b-tuned"]["paired_vs_0.5b"]["diff"] == pytest.approx(0.1)
+    assert "optimize run's test" in capsys.readouterr().out
+
+
+def test_reused_rows_must_be_the_same_examples(tmp_path):
+    result = _optimize_result(tmp_path / "result.json", [0.1] * 99, [0.2] * 99)
+    with pytest.raises(ConfigError, match="scored 99 test examples.*Fix"):
+        teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--optimize-result", str(result),
+                      "--reuse-optimize-test", "--out", str(tmp_path)])
+    with pytest.raises(ConfigError, match="--reuse-optimize-test reads"):
+        teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--reuse-optimize-test"])
