@@ -11,7 +11,9 @@ insights, P_con targets) as ``[]`` and parse again. Anything else still fails as
 A ``list[str]`` field (P_dis / Nemori-s insights) a small model writes one item per line, or as prose (a paragraph,
 or a bracketed line of unquoted items), is read as those lines or sentences before DSPy parses it: json_repair
 would read the first as one garbled item and split the second at every comma (``"reading"``, ``"but when I look
-after myself"``, or the P_dis instruction's ``"relationships"``, ``"preferences"``, ``"plans"``).
+after myself"``, or the P_dis instruction's ``"relationships"``, ``"preferences"``, ``"plans"``). A Python list of
+single-quoted items holding apostrophes (``['Evan and Sam's marriage is special, …']``) is split only between items
+(``single_quoted_items``), not at every apostrophe and the comma after it.
 
 Both also format faster, to the same bytes: the system message (field descriptions, structure with JSON
 schemas, instructions) is a function of the signature alone, so it is built once per signature class and
@@ -35,7 +37,8 @@ from dspy.utils.exceptions import AdapterParseError
 
 from .insight_rules import split_sentences
 
-__all__ = ["LenientChatAdapter", "LenientJSONAdapter", "is_empty_reply", "make_adapter", "prose_items"]
+__all__ = ["LenientChatAdapter", "LenientJSONAdapter", "is_empty_reply", "make_adapter", "prose_items",
+           "single_quoted_items"]
 
 #: what a model writes for "no items", after quotes, brackets, fences, bullets and end punctuation go.
 _EMPTY_WORDS = frozenset({"", "none", "null", "nil", "n/a", "na", "nothing", "empty", "no insights",
@@ -161,6 +164,43 @@ def prose_items(text: str) -> list[str] | None:
     return items or None
 
 
+#: a Python-style list of single-quoted strings on its own: ``['…', '…']`` (maybe with a trailing comma)
+_SINGLE_QUOTED = re.compile(r"^\s*\[\s*'(?P<body>.*)'\s*,?\s*\]\s*$", re.DOTALL)
+#: where one single-quoted item ends and the next begins: ``', '`` (any spacing, a line break allowed)
+_ITEM_BREAK = re.compile(r"'\s*,\s*'")
+
+
+def single_quoted_items(text: str) -> list[str] | None:
+    """The items of a ``list[str]`` value written as a Python list of single-quoted strings whose items hold
+    apostrophes: ``['Evan and Sam's marriage is special, and they feel lucky.', 'Evan's knee is healing.']``.
+
+    json_repair reads each apostrophe as a quote and each comma after it as a separator (``"Evan and Sam"``,
+    ``"s marriage is special"``, ``"and they feel lucky.'"``: 11 of 130 insights of one conv-49 build,
+    2026-12-04). Items are split only where a quote, a comma and a quote meet (``', '``); an apostrophe inside a
+    word stays. Returns None when ``text`` is no such list, or is valid JSON (DSPy's to parse), or no item holds an
+    apostrophe (json_repair reads it right).
+    """
+    m = _SINGLE_QUOTED.match(text)
+    if m is None or "'" not in m.group("body"):
+        return None
+    items = [i.strip() for i in _ITEM_BREAK.split(m.group("body"))]
+    if not any("'" in i for i in items):
+        return None
+    return [i for i in items if i]
+
+
+def _single_quoted_sections(signature: type[dspy.Signature], completion: str) -> str | None:
+    """``completion`` with each ``list[str]`` section written as a single-quoted Python list whose items hold
+    apostrophes (``single_quoted_items``) replaced by its JSON list; None if no section was."""
+    strings = _flat_list_fields(signature, (str,))
+
+    def as_json(name: str | None, lines: list[str]) -> list[str] | None:
+        items = single_quoted_items("\n".join(lines)) if name in strings else None
+        return None if items is None else [json.dumps(items, ensure_ascii=False)]
+
+    return _rewrite_sections(completion, as_json)
+
+
 def _prose_sections(signature: type[dspy.Signature], completion: str) -> str | None:
     """``completion`` with each ``list[str]`` section written as prose (``prose_items``) replaced by the JSON list of
     its sentences; None if no section was."""
@@ -216,6 +256,7 @@ class LenientChatAdapter(_FastFormat, dspy.ChatAdapter):
         bracketed line of unquoted items, which json_repair would split at every comma: ``prose_items``) is
         rewritten as a JSON list; when that parse fails, an empty-like flat-list section is read as ``[]``."""
         completion = _line_item_sections(signature, completion) or completion
+        completion = _single_quoted_sections(signature, completion) or completion
         completion = _prose_sections(signature, completion) or completion
         try:
             return super().parse(signature, completion)

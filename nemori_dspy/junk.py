@@ -292,12 +292,17 @@ def _verbs(tokens: list[str]) -> int:
     return count
 
 
+#: what is left of a sentence split at an apostrophe: "s cherished memories" (from "family's"), "t know" (from "don't")
+_CONTRACTION_TAIL = re.compile(r"^\s*(?:s|t|ll|re|ve|d|m)\s+[a-z]")
+
+
 def is_fragment(text: str) -> bool:
     """True if ``text`` has no predicate: it cannot be a fact on its own.
 
     Rules (in order; a heuristic without a POS tagger, tuned to err towards "a sentence"):
 
-    1. fewer than 3 words: ``"reading"``, ``"relationships"``, ``"Gina's identity"``;
+    1. fewer than 3 words: ``"reading"``, ``"relationships"``, ``"Gina's identity"``; or the tail of a word cut at
+       its apostrophe (``"s cherished memories"``, ``"s marriage is special"``: a list split at a possessive);
     2. it starts with a coordinating conjunction (``and``, ``but``, ``or``, ``so``, ...): the rest decides
        (``"but when I look after myself"`` → rule 3 on ``"when I look after myself"``);
     3. it starts with a subordinating conjunction (``when``, ``since``, ``because``, ``if``, ...) and has no main
@@ -308,7 +313,7 @@ def is_fragment(text: str) -> bool:
        form, ``-ed`` words, and the word after a subject pronoun or a capitalised name.
     """
     tokens = _WORDS.findall(text)
-    if len(tokens) < 3:
+    if len(tokens) < 3 or _CONTRACTION_TAIL.match(text):
         return True
     first = tokens[0].casefold()
     if first in _COORDINATORS:

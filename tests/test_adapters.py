@@ -6,6 +6,7 @@ import dspy
 import pytest
 
 from nemori_dspy.adapters import LenientChatAdapter, LenientJSONAdapter, is_empty_reply, make_adapter, prose_items
+from nemori_dspy.adapters import single_quoted_items
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.modules.pipeline import stage_factory
 from nemori_dspy.signatures import ConsolidateKnowledge, DistillDirect, DistillPredictionError, signature_hash
@@ -167,6 +168,26 @@ def test_a_prose_list_reply_becomes_its_sentences_not_its_comma_pieces(reply, it
 def test_a_quoted_json_list_keeps_its_items_commas_and_all():
     got, _ = _insights("['Caroline adopted Rex, a beagle, in May 2023.', 'Melanie paints.']")
     assert got == ["Caroline adopted Rex, a beagle, in May 2023.", "Melanie paints."]
+
+
+@pytest.mark.parametrize("reply, items", [
+    # conv-49, 2026-12-04: json_repair read each apostrophe as a quote ("s cherished memories", "Evan", ...)
+    ("['Evan and Sam reminisce about their family's cherished memories, particularly a collage.', "
+     "'They also talk about Evan's accident, but they suggest a hike.']",
+     ["Evan and Sam reminisce about their family's cherished memories, particularly a collage.",
+      "They also talk about Evan's accident, but they suggest a hike."]),
+    ("['Sam's knee is healing.',\n 'Evan's new Prius broke down.',]", ["Sam's knee is healing.",
+                                                                       "Evan's new Prius broke down."]),
+])
+def test_a_single_quoted_list_is_split_between_items_not_at_apostrophes(reply, items):
+    got, lm = _insights(reply)
+    assert got == items and lm.calls == {"DistillPredictionError": 1}
+
+
+@pytest.mark.parametrize("text", ["['Caroline adopted Rex, a beagle.', 'Melanie paints.']", '["Sam\'s dog"]',
+                                  "Sam's dog, Evan's car."])
+def test_lists_json_repair_reads_right_are_left_to_it(text):
+    assert single_quoted_items(text) is None
 
 
 @pytest.mark.parametrize("text", ["[]", "none", "[None]", '["a, b"]', "```json\n[\"a\"]\n```", ""])
