@@ -39,9 +39,10 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: insights dropped, a truncated insight list kept without a re-ask; 5: message_timestamps and hold_open_segment;
 #: 6: a narrative that copies a chat line is asked again with every message dated; 7: association_min_similarity
 #: guard before P_sel; 8: junk insights and narratives never stored, copied chat lines stored as attributed facts,
-#: a prose list reply read as its sentences),
+#: a prose list reply read as its sentences; 9: a narrative or cue that only restates a seed demo re-asked, then
+#: the messages quoted, instead of the session left unbuilt),
 #: so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 8
+MEMORY_FORMAT = 9
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

@@ -40,7 +40,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "not_a_fact", "is_question", "is_reported_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
-           "echoes_demo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
+           "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
@@ -559,6 +559,14 @@ def echoes_demo(text: str, lines: list[SourceLine]) -> bool:
         return False
     said = {_stem(w) for _, content, _ in lines for w in content_words(content, speakers)}
     return len(words & said) / len(words) < DEMO_ECHO_OVERLAP / 2
+
+
+def is_demo_echo(text: str, lines: list[SourceLine]) -> bool:
+    """Whether a non-empty narrative is nothing but a seed demo restated: every sentence ``echoes_demo``, so
+    ``drop_demo_echoes`` would leave nothing. The 1.5B writer answered conv-30's first session (Jon lost his banking
+    job) with "On 14 March 2022 Gina told Jon that she had adopted a rescue greyhound named Biscuit …", three times
+    over; the pipeline re-asks such a reply and then quotes the messages instead of leaving the session unbuilt."""
+    return bool(text.strip()) and not drop_demo_echoes(text, lines)[0].strip()
 
 
 def drop_demo_echoes(text: str, lines: list[SourceLine]) -> tuple[str, int]:

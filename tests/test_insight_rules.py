@@ -318,7 +318,7 @@ def test_a_message_that_speaks_about_the_named_person_still_keeps_the_fact_with_
 
 
 # ------------------------------------------------------------------------------------------- seed-demo echoes
-from nemori_dspy.insight_rules import drop_demo_echoes, echoes_demo  # noqa: E402
+from nemori_dspy.insight_rules import drop_demo_echoes, echoes_demo, is_demo_echo  # noqa: E402
 
 
 @pytest.mark.parametrize("text", [
@@ -340,6 +340,19 @@ def test_demo_sentences_are_dropped_from_a_narrative_and_the_rest_kept():
     text = "Sam told Evan he buys too much soda. Priya is starting a pottery class in April 2022."
     assert drop_demo_echoes(text, HEALTH) == ("Sam told Evan he buys too much soda.", 1)
     assert drop_demo_echoes("Sam likes soda.", HEALTH) == ("Sam likes soda.", 0)
+
+
+#: conv-30 session 1 (Jon lost his banking job) and what the 1.5B writer answered for it, three times over
+JOB = [("Gina", "Hey Jon! Good to see you. What's up? Anything new?", "2023-01-20"),
+       ("Jon", "Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own business.", "2023-01-20")]
+BISCUIT = ("On 14 March 2022 Gina told Jon that she had adopted a rescue greyhound named Biscuit on 12 March 2022. "
+           "She said Biscuit sleeps most of the day but is scared of the stairs.")
+
+
+def test_a_narrative_that_is_only_a_seed_demo_restated_is_a_demo_echo():
+    assert is_demo_echo(BISCUIT, JOB)
+    assert not is_demo_echo("Jon told Gina he lost his job as a banker on 19 January 2023. " + BISCUIT, JOB)
+    assert not is_demo_echo("", JOB) and not is_demo_echo("Jon lost his job as a banker.", JOB)
 
 
 def test_an_attributed_quote_is_recognised_in_the_form_attributed_fact_writes():

@@ -15,8 +15,8 @@ import dspy
 import numpy as np
 
 from ..errors import LLMError
-from ..insight_rules import (SourceLine, carries_no_fact, drop_demo_echoes, is_chat_line, quote_text,
-                             reattribute_sentences, source_lines)
+from ..insight_rules import (SourceLine, carries_no_fact, drop_demo_echoes, echoes_demo, is_chat_line, is_demo_echo,
+                             quote_text, reattribute_sentences, source_lines)
 from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
@@ -359,26 +359,42 @@ class EpisodicIntegration(dspy.Module):
           ``message_timestamps="on_change"``: the re-ask dates every message (the paper's layout), where the
           0.5B model does write a narrative (``narrate_copied_line``);
         * has a narrative or cue that echoes an instruction or a field description or is a placeholder
-          (``junk.junk_reason``; ``narrate_junk_retry``).
+          (``junk.junk_reason``; ``narrate_junk_retry``);
+        * has a narrative that only restates a seed demo (``insight_rules.is_demo_echo``;
+          ``narrate_demo_echo_retry``), which would otherwise leave nothing to store and the session unbuilt.
 
         If the re-ask's narrative is junk or a copied chat line too, the episode gets ``fallback_narrative`` (the
         messages quoted, attributed and dated; ``narrate_fallback``); a junk cue alone gets ``fallback_cue``
-        (``narrate_fallback_cue``). An echo is never stored."""
+        (``narrate_fallback_cue``), and so does a cue restating a seed demo (``narrate_demo_echo_cue``). An echo is
+        never stored."""
         layout = self.res.settings.message_timestamps
         pred = self._narrate(msgs, layout)
         cue, narrative = str(pred.cue), str(pred.narrative)
         copied = layout != "per_message" and is_chat_line(narrative, {m.speaker for m in msgs})
-        if copied or _is_junk(narrative) or _is_junk(cue):
-            tally("narrate_copied_line" if copied else "narrate_junk_retry")
+        echo = is_demo_echo(narrative, source_lines(msgs))
+        if copied or echo or _is_junk(narrative) or _is_junk(cue):
+            tally("narrate_copied_line" if copied else "narrate_demo_echo_retry" if echo else "narrate_junk_retry")
             pred = self._narrate(msgs, "on_change" if layout == "per_message" else "per_message")
             cue, narrative = self._guarded(msgs, str(pred.cue), str(pred.narrative))
-        return self._episode(user_id, msgs, cue, narrative, window)
+        return self._episode(user_id, msgs, self._own_cue(msgs, cue), narrative, window)
+
+    @staticmethod
+    def _own_cue(msgs: list[StoredMessage], cue: str) -> str:
+        """``cue``, or ``fallback_cue`` when it restates a seed demo the episode does not hold
+        (``insight_rules.echoes_demo``; ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her rescue
+        greyhound Biscuit" for a session about Jon losing his job."""
+        if cue.strip() and echoes_demo(cue, source_lines(msgs)):
+            tally("narrate_demo_echo_cue")
+            return fallback_cue(msgs)
+        return cue
 
     def _guarded(self, msgs: list[StoredMessage], cue: str, narrative: str) -> tuple[str, str]:
         """(cue, narrative) of a re-asked P_nar reply with what is still unusable replaced: a junk or copied-line
         narrative by ``fallback_narrative`` (``narrate_fallback``), a junk cue by ``fallback_cue``
-        (``narrate_fallback_cue``). An empty narrative is left for ``_episode`` to refuse."""
-        if _is_junk(narrative) or is_chat_line(narrative, {m.speaker for m in msgs}):
+        (``narrate_fallback_cue``); so is a narrative that only restates a seed demo (``is_demo_echo``). An empty
+        narrative is left for ``_episode`` to refuse."""
+        if (_is_junk(narrative) or is_chat_line(narrative, {m.speaker for m in msgs})
+                or is_demo_echo(narrative, source_lines(msgs))):
             tally("narrate_fallback")
             log.info("P_nar gave no usable narrative after a re-ask (%r); storing the messages quoted", narrative[:200])
             narrative = fallback_narrative(msgs)
@@ -432,7 +448,7 @@ class EpisodicIntegration(dspy.Module):
                          window: int) -> Episode:
         """The episode of one group of a batched reply; a junk narrative or cue (``junk.junk_reason``) sends the group
         to ``narrate_group`` (its own re-ask and fallback; counted ``narrate_junk_retry``)."""
-        if _is_junk(narrative) or _is_junk(cue):
+        if _is_junk(narrative) or _is_junk(cue) or is_demo_echo(narrative, source_lines(msgs)):
             tally("narrate_junk_retry")
             return self.narrate_group(user_id, msgs, window)
         return self._episode(user_id, msgs, cue, narrative, window)

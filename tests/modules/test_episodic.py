@@ -448,6 +448,32 @@ def test_a_copied_line_after_its_re_ask_is_replaced_too(tmp_path):
     assert mem.usage.counters["narrate_copied_line"] == 1 and mem.usage.counters["narrate_fallback"] == 1
 
 
+#: the seed demo restated with this episode's speakers (what the 1.5B writer did to conv-30's first session)
+DEMO_ECHO = ("On 14 March 2022 Gina told Jon that she had adopted a rescue greyhound named Biscuit on 12 March 2022. "
+             "She said Biscuit sleeps most of the day but is scared of the stairs.")
+DEMO_CUE = "Gina tells Jon about adopting her rescue greyhound Biscuit (14 March 2022)"
+
+
+def test_a_narrative_that_only_restates_the_seed_demo_is_asked_again_then_quoted_not_left_unbuilt(tmp_path):
+    lm, mem = _narrated(tmp_path, lambda i: chat_reply(cue=DEMO_CUE, narrative=DEMO_ECHO))
+    (ep,) = mem.list_episodes("u")  # the session is built: no parked window, no message left out
+    assert ep.narrative.startswith("On 24 May 2023 Jon and Gina talked.") and "Biscuit" not in ep.narrative
+    assert ep.cue == "Jon and Gina talked on 24 May 2023"
+    assert lm.calls["NarrateEpisode"] == 2
+    assert {k: mem.usage.counters[k] for k in ("narrate_demo_echo_retry", "narrate_fallback")} == {
+        "narrate_demo_echo_retry": 1, "narrate_fallback": 1}
+
+
+def test_a_demo_echo_answered_by_a_narrative_on_the_re_ask_keeps_that_narrative(tmp_path):
+    replies = iter([chat_reply(cue=DEMO_CUE, narrative=DEMO_ECHO),
+                    chat_reply(cue=DEMO_CUE, narrative="Jon told Gina about his trip to Paris with his sister.")])
+    lm, mem = _narrated(tmp_path, lambda i: next(replies))
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == "Jon told Gina about his trip to Paris with his sister."
+    assert ep.cue == "Jon and Gina talked on 24 May 2023"  # the demo's cue is never stored
+    assert mem.usage.counters["narrate_demo_echo_cue"] == 1 and "narrate_fallback" not in mem.usage.counters
+
+
 def test_a_junk_episode_of_a_batched_reply_is_narrated_on_its_own(tmp_path):
     responders = default_responders()
     batched = responders["NarrateEpisodes"]
