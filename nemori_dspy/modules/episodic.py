@@ -204,6 +204,16 @@ def fallback_cue(msgs: Sequence[StoredMessage]) -> str:
     return f"{_names(speakers)} {'talked' if len(speakers) > 1 else 'wrote'} on {_day(msgs[0].timestamp)}"
 
 
+def _own_cue(msgs: Sequence[StoredMessage], lines: list[SourceLine], cue: str) -> str:
+    """``cue``, or ``fallback_cue`` when it restates a seed demo the episode's message ``lines`` do not hold
+    (``insight_rules.echoes_demo``; ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her rescue
+    greyhound Biscuit" for a session about Jon losing his job."""
+    if echoes_demo(cue, lines):
+        tally("narrate_demo_echo_cue")
+        return fallback_cue(msgs)
+    return cue
+
+
 def fallback_narrative(msgs: Sequence[StoredMessage], max_chars: int = FALLBACK_NARRATIVE_CHARS) -> str:
     """A narrative that is faithful by construction, for an episode P_nar gave none for: ``On 8 May 2023 Caroline
     and Melanie talked. Caroline said: “I went to a support group.” Melanie said: “…”``.
@@ -370,31 +380,23 @@ class EpisodicIntegration(dspy.Module):
         layout = self.res.settings.message_timestamps
         pred = self._narrate(msgs, layout)
         cue, narrative = str(pred.cue), str(pred.narrative)
+        lines = source_lines(msgs)
         copied = layout != "per_message" and is_chat_line(narrative, {m.speaker for m in msgs})
-        echo = is_demo_echo(narrative, source_lines(msgs))
+        echo = is_demo_echo(narrative, lines)
         if copied or echo or _is_junk(narrative) or _is_junk(cue):
             tally("narrate_copied_line" if copied else "narrate_demo_echo_retry" if echo else "narrate_junk_retry")
             pred = self._narrate(msgs, "on_change" if layout == "per_message" else "per_message")
-            cue, narrative = self._guarded(msgs, str(pred.cue), str(pred.narrative))
-        return self._episode(user_id, msgs, self._own_cue(msgs, cue), narrative, window)
+            cue, narrative = self._guarded(msgs, lines, str(pred.cue), str(pred.narrative))
+        return self._episode(user_id, msgs, _own_cue(msgs, lines, cue), narrative, window)
 
-    @staticmethod
-    def _own_cue(msgs: list[StoredMessage], cue: str) -> str:
-        """``cue``, or ``fallback_cue`` when it restates a seed demo the episode does not hold
-        (``insight_rules.echoes_demo``; ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her rescue
-        greyhound Biscuit" for a session about Jon losing his job."""
-        if cue.strip() and echoes_demo(cue, source_lines(msgs)):
-            tally("narrate_demo_echo_cue")
-            return fallback_cue(msgs)
-        return cue
-
-    def _guarded(self, msgs: list[StoredMessage], cue: str, narrative: str) -> tuple[str, str]:
+    def _guarded(self, msgs: list[StoredMessage], lines: list[SourceLine], cue: str,
+                 narrative: str) -> tuple[str, str]:
         """(cue, narrative) of a re-asked P_nar reply with what is still unusable replaced: a junk or copied-line
         narrative by ``fallback_narrative`` (``narrate_fallback``), a junk cue by ``fallback_cue``
         (``narrate_fallback_cue``); so is a narrative that only restates a seed demo (``is_demo_echo``). An empty
         narrative is left for ``_episode`` to refuse."""
         if (_is_junk(narrative) or is_chat_line(narrative, {m.speaker for m in msgs})
-                or is_demo_echo(narrative, source_lines(msgs))):
+                or is_demo_echo(narrative, lines)):
             tally("narrate_fallback")
             log.info("P_nar gave no usable narrative after a re-ask (%r); storing the messages quoted", narrative[:200])
             narrative = fallback_narrative(msgs)
@@ -446,8 +448,9 @@ class EpisodicIntegration(dspy.Module):
 
     def _batched_episode(self, user_id: str, msgs: list[StoredMessage], cue: str, narrative: str,
                          window: int) -> Episode:
-        """The episode of one group of a batched reply; a junk narrative or cue (``junk.junk_reason``) sends the group
-        to ``narrate_group`` (its own re-ask and fallback; counted ``narrate_junk_retry``)."""
+        """The episode of one group of a batched reply; a junk narrative or cue (``junk.junk_reason``), or a narrative
+        that only restates a seed demo (``insight_rules.is_demo_echo``), sends the group to ``narrate_group`` (its own
+        re-ask and fallback; counted ``narrate_junk_retry``)."""
         if _is_junk(narrative) or _is_junk(cue) or is_demo_echo(narrative, source_lines(msgs)):
             tally("narrate_junk_retry")
             return self.narrate_group(user_id, msgs, window)
