@@ -12,7 +12,9 @@ episode: ``optimizers.datasets.narrate_session_examples``):
 * ``0.5b``: the 0.5B model writes the narratives with the default prompt (``local_memory_model=0.5b``);
 * ``0.5b-tuned``: the same with ``--program`` applied (e.g. ``optimize --stage narrate --examples sessions`` with
   the 1.5B as ``--reflection-model``, the teacher);
-* ``1.5b``: the 1.5B model with the default prompt (``local_memory_model=1.5b``, the shipped default).
+* ``1.5b``: the 1.5B model with the default prompt (``local_memory_model=1.5b``, the shipped default);
+* ``0.5b-zero-shot`` / ``1.5b-zero-shot``: the same model without the seed demo (``seed_demos=False``: P_nar's
+  instruction alone, as the paper's Appendix D prompts are), paired also against the ``1.5b`` row.
 
 ``--sessions A-B`` keeps sessions A-B of each test conversation (as ``optimize --sessions`` does). With
 ``--reuse-optimize-test`` the ``0.5b`` and ``0.5b-tuned`` rows are the optimize run's own test scores before and after
@@ -43,9 +45,14 @@ from nemori_dspy.errors import ConfigError
 
 __all__ = ["ROWS", "row_settings", "score_row", "optimize_rows", "figures", "report", "main"]
 
-#: row name → (the model that writes memory, whether ``--program`` is applied).
-ROWS: dict[str, tuple[str, bool]] = {"0.5b": ("0.5b", False), "0.5b-tuned": ("0.5b", True), "1.5b": ("1.5b", False)}
-BASELINE = "0.5b"
+#: row name → (the model that writes memory, whether ``--program`` is applied, whether the seed demo is shown).
+ROWS: dict[str, tuple[str, bool, bool]] = {
+    "0.5b": ("0.5b", False, True), "0.5b-tuned": ("0.5b", True, True), "1.5b": ("1.5b", False, True),
+    "0.5b-zero-shot": ("0.5b", False, False), "1.5b-zero-shot": ("1.5b", False, False)}
+#: rows every row is paired against when both ran on the same examples.
+BASELINE, SHIPPED = "0.5b", "1.5b"
+#: the rows run when ``--rows`` is not given.
+DEFAULT_ROWS = ("0.5b", "0.5b-tuned", "1.5b")
 
 
 def row_settings(row: str, lm: str) -> dict[str, Any]:
@@ -57,9 +64,10 @@ def row_settings(row: str, lm: str) -> dict[str, Any]:
     """
     if row not in ROWS:
         raise ConfigError(f"unknown row {row!r}. Fix: use some of {', '.join(ROWS)}.")
+    demos = {} if ROWS[row][2] else {"seed_demos": False}
     if lm == "scripted":
-        return {"embedder": "hashing-64", "cache": False}
-    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row][0], "cache": False}
+        return {"embedder": "hashing-64", "cache": False, **demos}
+    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row][0], "cache": False, **demos}
 
 
 @contextmanager
@@ -133,19 +141,25 @@ def optimize_rows(path: Path, n: int) -> list[dict[str, Any]]:
 
 
 def figures(rows: list[dict[str, Any]], optimize_cost: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Rows with their paired difference against ``0.5b`` (when both ran on the same examples) and the share of
-    the 0.5B → 1.5B gap the tuned prompt closes (None when a row is missing or the gap is 0)."""
+    """Rows with their paired difference (paired bootstrap 95% CI, ``paired_vs_0.5b`` and ``paired_vs_1.5b``)
+    against ``0.5b`` and against ``1.5b`` (None unless both ran on the same examples), and the share of the
+    0.5B → 1.5B gap the tuned prompt closes (None when a row is missing or the gap is 0)."""
     from nemori_dspy.eval.metrics import paired_compare
 
     by = {r["row"]: r for r in rows}
-    base = by.get(BASELINE)
-    for r in rows:
-        same = base is not None and r is not base and len(r["scores"]) == len(base["scores"])
-        r["paired_vs_0.5b"] = paired_compare(base["scores"], r["scores"], binary=False) if same else None
+    for name in (BASELINE, SHIPPED):
+        base = by.get(name)
+        for r in rows:
+            same = base is not None and r is not base and len(r["scores"]) == len(base["scores"])
+            r[f"paired_vs_{name}"] = paired_compare(base["scores"], r["scores"], binary=False) if same else None
     gap = None
     if {"0.5b", "0.5b-tuned", "1.5b"} <= set(by) and by["1.5b"]["mean"] != by["0.5b"]["mean"]:
         gap = (by["0.5b-tuned"]["mean"] - by["0.5b"]["mean"]) / (by["1.5b"]["mean"] - by["0.5b"]["mean"])
     return {"rows": rows, "gap_closed": gap, "optimize_cost": optimize_cost}
+
+
+def _diff(p: dict[str, Any] | None) -> str:
+    return f"{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]" if p else "–"
 
 
 def _calls(usage: dict[str, Any]) -> str:
@@ -158,12 +172,12 @@ def report(fig: dict[str, Any]) -> str:
     """The teacher table as Markdown (scores ×100)."""
     lines = []
     for r in fig["rows"]:
-        p = r.get("paired_vs_0.5b")
-        diff = f"{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]" if p else "–"
-        lines.append([r["row"], f"{100 * r['mean']:.1f} [{100 * r['low']:.1f}–{100 * r['high']:.1f}]", r["n"], diff,
+        lines.append([r["row"], f"{100 * r['mean']:.1f} [{100 * r['low']:.1f}–{100 * r['high']:.1f}]", r["n"],
+                      _diff(r.get(f"paired_vs_{BASELINE}")), _diff(r.get(f"paired_vs_{SHIPPED}")),
                       "optimize run's test" if r.get("from") else _calls(r["usage"]),
                       "–" if r.get("from") else f"{r['minutes']:.1f}"])
-    out = md_table(["row", "narrate metric [95% CI]", "n", "− 0.5b, paired [95% CI]", "cost", "min"], lines)
+    out = md_table(["row", "narrate metric [95% CI]", "n", f"− {BASELINE}, paired [95% CI]",
+                    f"− {SHIPPED}, paired [95% CI]", "cost", "min"], lines)
     if fig.get("gap_closed") is not None:
         out += f"\n\ngap closed by tuning: {100 * fig['gap_closed']:.0f}% of the 0.5B → 1.5B difference"
     if fig.get("optimize_cost"):
@@ -198,21 +212,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test", required=True, help="comma-separated held-out conversation ids (never tuned on)")
     ap.add_argument("--program", type=Path, default=None, help="the tuned program.json (row 0.5b-tuned)")
     ap.add_argument("--optimize-result", type=Path, default=None, help="that run's result.json (its tuning cost)")
-    ap.add_argument("--rows", default=None, help=f"comma-separated (default: {','.join(ROWS)}; without --program "
-                                                 "the tuned row is left out)")
+    ap.add_argument("--rows", default=None, help=f"comma-separated, from {', '.join(ROWS)} (default: "
+                                                 f"{','.join(DEFAULT_ROWS)}; without --program the tuned row is "
+                                                 "left out)")
     ap.add_argument("--lm", default="local", choices=["local", "scripted"], help="'scripted': no model (tests)")
     ap.add_argument("--sessions", default=None, help="sessions A-B of each test conversation (default: all), as "
                                                      "optimize --sessions")
     ap.add_argument("--reuse-optimize-test", action="store_true",
-                    help="rows 0.5b and 0.5b-tuned from --optimize-result's test scores; only 1.5b runs")
+                    help="rows 0.5b and 0.5b-tuned from --optimize-result's test scores; only the others run")
     ap.add_argument("--max-examples", type=int, default=None, help="score only the first N sessions")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the result file goes")
     a = ap.parse_args(argv)
     if a.reuse_optimize_test and a.optimize_result is None:
         raise ConfigError("--reuse-optimize-test reads the optimize run's test scores. Fix: pass --optimize-result "
                           "runs/optimize-<time>/result.json.")
-    rows = a.rows.split(",") if a.rows else [r for r in ROWS if a.program or a.reuse_optimize_test or not ROWS[r][1]]
-    reused = [r for r in rows if r != "1.5b"] if a.reuse_optimize_test else []
+    rows = a.rows.split(",") if a.rows else [r for r in DEFAULT_ROWS if a.program or a.reuse_optimize_test or not ROWS[r][1]]
+    reused = [r for r in rows if r in ("0.5b", "0.5b-tuned")] if a.reuse_optimize_test else []
     for r in rows:
         row_settings(r, a.lm)  # unknown rows fail before any model loads
         if ROWS[r][1] and a.program is None and r not in reused:

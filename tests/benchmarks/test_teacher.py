@@ -78,3 +78,14 @@ def test_reused_rows_must_be_the_same_examples(tmp_path):
                       "--reuse-optimize-test", "--out", str(tmp_path)])
     with pytest.raises(ConfigError, match="--reuse-optimize-test reads"):
         teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--reuse-optimize-test"])
+
+
+def test_zero_shot_rows_drop_the_seed_demo_and_pair_against_the_shipped_model(tmp_path, capsys):
+    assert teacher.row_settings("1.5b-zero-shot", "local")["seed_demos"] is False
+    assert "seed_demos" not in teacher.row_settings("1.5b", "local")
+    assert teacher.main(["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--rows", "1.5b,1.5b-zero-shot",
+                         "--out", str(tmp_path)]) == 0
+    fig = json.loads(next(tmp_path.glob("teacher-narrate-*.json")).read_text())["figures"]
+    rows = {r["row"]: r for r in fig["rows"]}
+    assert rows["1.5b-zero-shot"]["paired_vs_1.5b"]["n"] == rows["1.5b"]["n"] and rows["1.5b"]["paired_vs_1.5b"] is None
+    assert "− 1.5b, paired" in capsys.readouterr().out
