@@ -37,22 +37,32 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from benchmarks.lm_runtime import lm_runtime
 from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 
-__all__ = ["ROWS", "row_settings", "score_row", "optimize_rows", "figures", "report", "main"]
+__all__ = ["Row", "ROWS", "row_settings", "score_row", "optimize_rows", "figures", "report", "main"]
 
-#: row name → (the model that writes memory, whether ``--program`` is applied, whether the seed demo is shown).
-ROWS: dict[str, tuple[str, bool, bool]] = {
-    "0.5b": ("0.5b", False, True), "0.5b-tuned": ("0.5b", True, True), "1.5b": ("1.5b", False, True),
-    "0.5b-zero-shot": ("0.5b", False, False), "1.5b-zero-shot": ("1.5b", False, False)}
+class Row(NamedTuple):
+    """One row of the table: the local model that writes memory, whether ``--program`` is applied, whether P_nar
+    is shown its seed demo."""
+
+    size: str
+    tuned: bool
+    seed_demo: bool
+
+
+ROWS: dict[str, Row] = {
+    "0.5b": Row("0.5b", False, True), "0.5b-tuned": Row("0.5b", True, True), "1.5b": Row("1.5b", False, True),
+    "0.5b-zero-shot": Row("0.5b", False, False), "1.5b-zero-shot": Row("1.5b", False, False)}
 #: rows every row is paired against when both ran on the same examples.
 BASELINE, SHIPPED = "0.5b", "1.5b"
 #: the rows run when ``--rows`` is not given.
 DEFAULT_ROWS = ("0.5b", "0.5b-tuned", "1.5b")
+#: rows ``--reuse-optimize-test`` takes from the optimize run's test scores (before, after tuning).
+FROM_OPTIMIZE = {"0.5b": "test_before", "0.5b-tuned": "test_after"}
 
 
 def row_settings(row: str, lm: str) -> dict[str, Any]:
@@ -64,10 +74,10 @@ def row_settings(row: str, lm: str) -> dict[str, Any]:
     """
     if row not in ROWS:
         raise ConfigError(f"unknown row {row!r}. Fix: use some of {', '.join(ROWS)}.")
-    demos = {} if ROWS[row][2] else {"seed_demos": False}
+    demos = {} if ROWS[row].seed_demo else {"seed_demos": False}
     if lm == "scripted":
         return {"embedder": "hashing-64", "cache": False, **demos}
-    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row][0], "cache": False, **demos}
+    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row].size, "cache": False, **demos}
 
 
 @contextmanager
@@ -100,7 +110,7 @@ def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, An
     from nemori_dspy.optimizers.tune import stage_metric, stage_program
     from nemori_dspy.usage import UsageLedger
 
-    tuned = ROWS[row][1] if row in ROWS else False
+    tuned = ROWS[row].tuned if row in ROWS else False
     if tuned and program is None:
         raise ConfigError(f"row {row!r} needs the tuned program. Fix: pass --program runs/optimize-<time>/program.json.")
     settings = NemoriSettings(**row_settings(row, lm), _env_file=None)
@@ -130,7 +140,7 @@ def optimize_rows(path: Path, n: int) -> list[dict[str, Any]]:
         raise ConfigError(f"{path}: no narrate test scores. Fix: pass the result.json of an optimize --stage narrate "
                           "run with --test, or drop --reuse-optimize-test.")
     rows = []
-    for row, key in (("0.5b", "test_before"), ("0.5b-tuned", "test_after")):
+    for row, key in FROM_OPTIMIZE.items():
         score = narrate[0][key]
         if score["n"] != n:
             raise ConfigError(f"{path}: the optimize run scored {score['n']} test examples, this run has {n}. Fix: "
@@ -226,11 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.reuse_optimize_test and a.optimize_result is None:
         raise ConfigError("--reuse-optimize-test reads the optimize run's test scores. Fix: pass --optimize-result "
                           "runs/optimize-<time>/result.json.")
-    rows = a.rows.split(",") if a.rows else [r for r in DEFAULT_ROWS if a.program or a.reuse_optimize_test or not ROWS[r][1]]
-    reused = [r for r in rows if r in ("0.5b", "0.5b-tuned")] if a.reuse_optimize_test else []
+    rows = (a.rows.split(",") if a.rows
+            else [r for r in DEFAULT_ROWS if a.program or a.reuse_optimize_test or not ROWS[r].tuned])
+    reused = [r for r in rows if r in FROM_OPTIMIZE] if a.reuse_optimize_test else []
     for r in rows:
         row_settings(r, a.lm)  # unknown rows fail before any model loads
-        if ROWS[r][1] and a.program is None and r not in reused:
+        if ROWS[r].tuned and a.program is None and r not in reused:
             raise ConfigError(f"row {r!r} needs the tuned program. Fix: pass --program "
                               "runs/optimize-<time>/program.json.")
     program = load_program(str(a.program)) if a.program else None
