@@ -4,7 +4,7 @@ the same held-out narrate examples.
 usage: python -m benchmarks.teacher --data locomo10.json --test conv-42,conv-43 [--sessions A-B]
                                     [--program runs/optimize-<time>/program.json] [--optimize-result result.json]
                                     [--reuse-optimize-test] [--rows 0.5b,0.5b-tuned,1.5b] [--max-examples N]
-                                    [--out DIR]
+                                    [--against earlier-result.json] [--cache] [--out DIR]
 
 Rows (P_nar on every labelled LoCoMo session of the ``--test`` conversations, rendered as the pipeline renders an
 episode: ``optimizers.datasets.narrate_session_examples``):
@@ -25,7 +25,9 @@ Each row is scored with the narrate stage metric of ``optimize`` (``ObservationM
 gold observations and faithfulness to its messages, minus a length penalty; echo or copy = 0), with the mean, 95%
 CI and n, the paired difference against ``0.5b`` (paired bootstrap 95% CI), the LLM calls, tokens and minutes it
 took, and, from ``--optimize-result``, what the tuning cost. ``gap closed`` = (tuned − 0.5b) / (1.5b − 0.5b).
-DSPy's response cache is off, so the cost is real. Writes ``<out>/teacher-narrate-<time>.json``
+``--against`` pairs each row with the row of the same name in an earlier result file (what a code change did to it;
+the replies must be the same model's on the same examples). DSPy's response cache is off unless ``--cache``, so the
+cost is real. Writes ``<out>/teacher-narrate-<time>.json``
 (``benchmarks.results_io.write_result``: params, figures and the machine).
 """
 
@@ -65,9 +67,10 @@ DEFAULT_ROWS = ("0.5b", "0.5b-tuned", "1.5b")
 FROM_OPTIMIZE = {"0.5b": "test_before", "0.5b-tuned": "test_after"}
 
 
-def row_settings(row: str, lm: str) -> dict[str, Any]:
+def row_settings(row: str, lm: str, cache: bool = False) -> dict[str, Any]:
     """The settings overrides of one row: ``lm`` ``local`` runs the embedded models (``local_memory_model`` = the
-    row's size); ``scripted`` (tests) runs the scripted LM with the hashing embedder.
+    row's size); ``scripted`` (tests) runs the scripted LM with the hashing embedder. ``cache`` turns DSPy's response
+    cache on (``--cache``: a rerun replays the replies, so a change after the LM call is measured in seconds).
 
     Raises:
         ConfigError: unknown row (the message lists them).
@@ -76,8 +79,8 @@ def row_settings(row: str, lm: str) -> dict[str, Any]:
         raise ConfigError(f"unknown row {row!r}. Fix: use some of {', '.join(ROWS)}.")
     demos = {} if ROWS[row].seed_demo else {"seed_demos": False}
     if lm == "scripted":
-        return {"embedder": "hashing-64", "cache": False, **demos}
-    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row].size, "cache": False, **demos}
+        return {"embedder": "hashing-64", "cache": cache, **demos}
+    return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row].size, "cache": cache, **demos}
 
 
 @contextmanager
@@ -97,7 +100,7 @@ def _memory(settings: Any, lm: str, program: dict[str, Any] | None) -> Iterator[
 
 
 def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, Any] | None,
-              max_examples: int | None = None) -> dict[str, Any]:
+              max_examples: int | None = None, cache: bool = False) -> dict[str, Any]:
     """One row: ``{"row", "scores" (per example, in [0, 1]), "n", "mean", "low", "high", "usage" (stage → calls,
     tokens, seconds), "minutes"}``.
 
@@ -113,7 +116,7 @@ def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, An
     tuned = ROWS[row].tuned if row in ROWS else False
     if tuned and program is None:
         raise ConfigError(f"row {row!r} needs the tuned program. Fix: pass --program runs/optimize-<time>/program.json.")
-    settings = NemoriSettings(**row_settings(row, lm), _env_file=None)
+    settings = NemoriSettings(**row_settings(row, lm, cache), _env_file=None)
     examples = narrate_session_examples(conversations, settings)[:max_examples]
     if not examples:
         raise ConfigError("no labelled session in the test conversations. Fix: pick LoCoMo conversations.")
@@ -150,10 +153,14 @@ def optimize_rows(path: Path, n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def figures(rows: list[dict[str, Any]], optimize_cost: dict[str, Any] | None = None) -> dict[str, Any]:
+def figures(rows: list[dict[str, Any]], optimize_cost: dict[str, Any] | None = None,
+            earlier: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Rows with their paired difference (paired bootstrap 95% CI, ``paired_vs_0.5b`` and ``paired_vs_1.5b``)
     against ``0.5b`` and against ``1.5b`` (None unless both ran on the same examples), and the share of the
-    0.5B → 1.5B gap the tuned prompt closes (None when a row is missing or the gap is 0)."""
+    0.5B → 1.5B gap the tuned prompt closes (None when a row is missing or the gap is 0). With ``earlier`` (the
+    rows of an earlier result file, ``--against``) each row also gets ``paired_vs_earlier``: the difference from
+    the earlier file's row of the same name on the same examples (None if it has none, or another n): what a code
+    change did to that row."""
     from nemori_dspy.eval.metrics import paired_compare
 
     by = {r["row"]: r for r in rows}
@@ -162,6 +169,12 @@ def figures(rows: list[dict[str, Any]], optimize_cost: dict[str, Any] | None = N
         for r in rows:
             same = base is not None and r is not base and len(r["scores"]) == len(base["scores"])
             r[f"paired_vs_{name}"] = paired_compare(base["scores"], r["scores"], binary=False) if same else None
+    old = {r["row"]: r for r in earlier or []}
+    for r in rows:
+        prev = old.get(r["row"])
+        same = prev is not None and len(prev["scores"]) == len(r["scores"])
+        r["paired_vs_earlier"] = (paired_compare(prev["scores"], r["scores"], binary=False) | {"earlier_mean": prev["mean"]}
+                                  if same else None)
     gap = None
     if {"0.5b", "0.5b-tuned", "1.5b"} <= set(by) and by["1.5b"]["mean"] != by["0.5b"]["mean"]:
         gap = (by["0.5b-tuned"]["mean"] - by["0.5b"]["mean"]) / (by["1.5b"]["mean"] - by["0.5b"]["mean"])
@@ -188,6 +201,11 @@ def report(fig: dict[str, Any]) -> str:
                       "–" if r.get("from") else f"{r['minutes']:.1f}"])
     out = md_table(["row", "narrate metric [95% CI]", "n", f"− {BASELINE}, paired [95% CI]",
                     f"− {SHIPPED}, paired [95% CI]", "cost", "min"], lines)
+    for r in fig["rows"]:
+        if r.get("paired_vs_earlier"):
+            p = r["paired_vs_earlier"]
+            out += (f"\n\n{r['row']} vs the same row of the --against file: {100 * p['earlier_mean']:.1f} → "
+                    f"{100 * r['mean']:.1f}, paired {_diff(p)} (n = {r['n']})")
     if fig.get("gap_closed") is not None:
         out += f"\n\ngap closed by tuning: {100 * fig['gap_closed']:.0f}% of the 0.5B → 1.5B difference"
     if fig.get("optimize_cost"):
@@ -232,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows 0.5b and 0.5b-tuned from --optimize-result's test scores; only the others run")
     ap.add_argument("--max-examples", type=int, default=None, help="score only the first N sessions")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the result file goes")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="an earlier teacher result file: pair each row with its row of the same name there")
+    ap.add_argument("--cache", action="store_true",
+                    help="DSPy's response cache on: a rerun replays the replies (cost columns then count cache hits)")
     a = ap.parse_args(argv)
     if a.reuse_optimize_test and a.optimize_result is None:
         raise ConfigError("--reuse-optimize-test reads the optimize run's test scores. Fix: pass --optimize-result "
@@ -248,15 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     convs = load_locomo(a.data, [c.strip() for c in a.test.split(",") if c.strip()])
     if a.sessions:
         convs = [slice_sessions(c, parse_sessions(a.sessions)) for c in convs]
-    scored = [score_row(r, a.lm, convs, program, a.max_examples) for r in rows if r not in reused]
+    scored = [score_row(r, a.lm, convs, program, a.max_examples, a.cache) for r in rows if r not in reused]
     if reused:
         n = scored[0]["n"] if scored else len(narrate_session_examples(convs, NemoriSettings(_env_file=None)))
         scored = [*[x for x in optimize_rows(a.optimize_result, n) if x["row"] in reused], *scored]
-    fig = figures(scored, _optimize_cost(a.optimize_result))
+    earlier = json.loads(a.against.read_text())["figures"]["rows"] if a.against else None
+    fig = figures(scored, _optimize_cost(a.optimize_result), earlier)
     print(report(fig))
     params = {"data": str(a.data), "test": a.test, "program": str(a.program) if a.program else None, "rows": rows,
               "lm": a.lm, "max_examples": a.max_examples, "stage": "narrate", "examples": "sessions",
-              "sessions": a.sessions, "rows_from_optimize": reused,
+              "sessions": a.sessions, "rows_from_optimize": reused, "cache": a.cache,
+              "against": str(a.against) if a.against else None,
               "units": "scores in [0, 1]; printed ×100"}
     path = write_result(f"teacher-narrate-{time.strftime('%Y%m%d-%H%M%S')}", params, {**fig, "report": report(fig)},
                         a.out)

@@ -41,7 +41,8 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
-           "reattribute_sentences"]
+           "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
+           "quote_first_person"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -575,3 +576,95 @@ def drop_demo_echoes(text: str, lines: list[SourceLine]) -> tuple[str, int]:
     sentences = split_sentences(text)
     kept = [x for x in sentences if not echoes_demo(x, lines)]
     return (text, 0) if len(kept) == len(sentences) else (" ".join(kept), len(sentences) - len(kept))
+
+
+# ------------------------------------------------------------------------------------------ narrative sentences
+#: claim words a narrative sentence needs before ``drop_restatements`` judges it; shorter ones are left alone.
+RESTATEMENT_MIN_WORDS = 3
+_NEGATIONS = frozenset({"not", "no", "never", "nothing", "nobody", "none", "neither", "nor", "cannot"})
+_QUOTED = re.compile(r"\u201c[^\u201d]*\u201d|\"[^\"]*\"")
+
+
+def _claim_words(sentence: str, speakers: set[str]) -> frozenset[str]:
+    """What a narrative sentence claims, as a set: its stemmed ``content_words`` without the speakers' names and
+    the verbs of speaking (``SPEECH_VERBS``: "told", "mentioned", "shared"), plus every number and ``"¬"`` if it
+    negates anything (so "did not paint" never restates "painted")."""
+    words = _lower_words(sentence)
+    claim = {_stem(w) for w in content_words(sentence, speakers) if w not in SPEECH_VERBS}
+    claim |= set(re.findall(r"\d+", sentence))
+    if any(w in _NEGATIONS or w.endswith("n't") for w in words):
+        claim.add("\u00ac")
+    return frozenset(claim)
+
+
+def drop_restatements(text: str, lines: list[SourceLine]) -> tuple[str, int]:
+    """``(text, dropped)``: a narrative without the sentences that say nothing an earlier sentence did not: every
+    claim word (``_claim_words``: content words stemmed, speakers' names and verbs of speaking aside, numbers and
+    negation kept) of the later sentence is in one earlier sentence, and it has at least ``RESTATEMENT_MIN_WORDS``.
+
+    A looping 1.5B narrative of conv-26 session 2 ended "She also started to realize that self-care is important.
+    … Melanie also told Caroline that she was starting to realize that self-care is important. Melanie also
+    started to realize that self-care is important." (``junk.drop_repeated_sentences`` catches only word-for-word
+    repeats); both later sentences go. A sentence adding anything ("… and it made her think of her family") stays.
+    Unchanged when nothing is dropped, else the kept sentences joined by single spaces.
+
+    Args:
+        text: the narrative.
+        lines: the episode's messages (``SourceLine``), for the speakers' names.
+    """
+    speakers = set(_first_names(lines))
+    sentences = split_sentences(text)
+    kept: list[str] = []
+    seen: list[frozenset[str]] = []
+    for sentence in sentences:
+        claim = _claim_words(sentence, speakers)
+        if len(claim) >= RESTATEMENT_MIN_WORDS and any(claim <= earlier for earlier in seen):
+            continue
+        kept.append(sentence)
+        seen.append(claim)
+    return (text, 0) if len(kept) == len(sentences) else (" ".join(kept), len(sentences) - len(kept))
+
+
+def speaks_in_first_person(sentence: str) -> bool:
+    """Whether a narrative sentence says "I", "my", "we"… outside its quotation marks: a chat line copied into a
+    third-person account (quoted speech, ``Caroline said: “I'm thankful …”``, is not)."""
+    return bool(FIRST_PERSON & set(_lower_words(_QUOTED.sub(" ", sentence))))
+
+
+def quote_first_person(text: str, lines: list[SourceLine]) -> tuple[str, int, int]:
+    """``(text, quoted, dropped)``: a narrative whose sentences speaking in the first person
+    (``speaks_in_first_person``) are put in a speaker's mouth or dropped.
+
+    A first-person sentence copying a message (``difflib`` ratio ≥ ``CHAT_MATCH_RATIO`` against the message or a
+    run of its sentences, ``_match``) becomes ``Caroline said: “<the passage>”``: the 1.5B writer ended conv-26's
+    session-3 narrative with Caroline's "Conversations about gender identity and inclusion are so necessary and
+    I'm thankful for being able to give a voice to the trans community.", which said neither who nor that it was
+    said. One copying no message is dropped: in a third-person account nobody can tell whose "I" it is. A sentence
+    is dropped only while another sentence is left, so a narrative is never emptied here. Unchanged when no
+    sentence speaks in the first person, else its sentences joined by single spaces.
+
+    Args:
+        text: the narrative.
+        lines: the episode's messages (``SourceLine``).
+    """
+    sentences = split_sentences(text)
+    out: list[str | None] = []
+    quoted = dropped = 0
+    for sentence in sentences:
+        if not speaks_in_first_person(sentence):
+            out.append(sentence)
+            continue
+        found = _match(sentence, lines, None, CHAT_MATCH_RATIO)
+        if found is not None:
+            (speaker, _, _), passage = found
+            out.append(f"{speaker} said: \u201c{quote_text(passage)}\u201d")
+            quoted += 1
+        else:
+            out.append(None)
+            dropped += 1
+    if dropped and not any(out):  # nothing else left: keep the unmatched sentences rather than empty the narrative
+        out = [s if s is not None else orig for s, orig in zip(out, sentences)]
+        dropped = 0
+    if not quoted and not dropped:
+        return text, 0, 0
+    return " ".join(s for s in out if s is not None), quoted, dropped

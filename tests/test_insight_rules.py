@@ -361,3 +361,56 @@ def test_an_attributed_quote_is_recognised_in_the_form_attributed_fact_writes():
     assert is_attributed(attributed_fact("Sam", "2023-09-15", "I quit the bakery"))
     assert is_attributed(attributed_fact("Sam", None, "I quit the bakery"))
     assert not is_attributed("Sam said he quit the bakery.") and not is_attributed("Sam: I quit the bakery")
+
+
+# ------------------------------------------------------------------------------------------ narrative sentences
+from nemori_dspy.insight_rules import drop_restatements, quote_first_person, speaks_in_first_person  # noqa: E402
+
+_RUN_LINES = [("Noor", "Hey Dario! I ran a half marathon for the food bank on Saturday. It was really rewarding. "
+                       "I'm starting to see that rest days matter.", "2023-04-10"),
+              ("Dario", "So proud of you, Noor! What's next?", "2023-04-10")]
+
+
+def test_a_later_sentence_restating_an_earlier_one_in_other_words_is_dropped():
+    text = ("Noor told Dario that she ran a half marathon for the food bank. She also started to see that rest days "
+            "matter. Dario said he was proud of her. Noor also told Dario that she was starting to see that rest "
+            "days matter. Noor started to see that rest days matter.")
+    out, dropped = drop_restatements(text, _RUN_LINES)
+    assert dropped == 2
+    assert out == ("Noor told Dario that she ran a half marathon for the food bank. She also started to see that rest "
+                   "days matter. Dario said he was proud of her.")
+
+
+def test_a_sentence_adding_a_word_a_number_or_a_negation_is_kept():
+    for later in ("She also started to see that rest days matter for her knees.",
+                  "She started to see that 2 rest days matter.",
+                  "She did not start to see that rest days matter."):
+        text = f"Noor started to see that rest days matter. {later}"
+        assert drop_restatements(text, _RUN_LINES) == (text, 0)
+
+
+def test_first_person_outside_quotes_is_spotted_and_quoted_speech_is_not():
+    assert speaks_in_first_person("It was great and I'm thankful for the support.")
+    assert speaks_in_first_person("Rest days matter to my knees.")
+    assert not speaks_in_first_person("Noor said: \u201cI'm starting to see that rest days matter.\u201d")
+    assert not speaks_in_first_person("Noor said rest days matter to her.")
+
+
+def test_a_first_person_sentence_copying_a_message_becomes_an_attributed_quote():
+    text = "Noor told Dario about her half marathon. I'm starting to see that rest days matter."
+    out, quoted, dropped = quote_first_person(text, _RUN_LINES)
+    assert (quoted, dropped) == (1, 0)
+    assert out == ("Noor told Dario about her half marathon. "
+                   "Noor said: \u201cI'm starting to see that rest days matter.\u201d")
+
+
+def test_a_first_person_sentence_copying_no_message_is_dropped_unless_it_is_all_there_is():
+    text = "Noor told Dario about her half marathon. My coach says I should swim more."
+    assert quote_first_person(text, _RUN_LINES) == ("Noor told Dario about her half marathon.", 0, 1)
+    alone = "My coach says I should swim more."
+    assert quote_first_person(alone, _RUN_LINES) == (alone, 0, 0)
+
+
+def test_a_third_person_narrative_is_left_alone():
+    text = "Noor told Dario that she ran a half marathon for the food bank on 8 April 2023."
+    assert quote_first_person(text, _RUN_LINES) == (text, 0, 0)

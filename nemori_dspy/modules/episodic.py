@@ -15,8 +15,8 @@ import dspy
 import numpy as np
 
 from ..errors import LLMError
-from ..insight_rules import (SourceLine, carries_no_fact, drop_demo_echoes, echoes_demo, is_chat_line, is_demo_echo,
-                             quote_text, reattribute_sentences, source_lines)
+from ..insight_rules import (SourceLine, carries_no_fact, drop_demo_echoes, drop_restatements, echoes_demo, is_chat_line,
+                             is_demo_echo, quote_first_person, quote_text, reattribute_sentences, source_lines)
 from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
@@ -168,9 +168,12 @@ def _speakers_put_right(narrative: str, lines: list[SourceLine], counter: str) -
 def polish_narrative(narrative: str, lines: list[SourceLine]) -> str:
     """What the pipeline does to every P_nar narrative before storing it, and the narrate optimizer's program to
     every output it scores (one code path, so what is tuned is what runs): sentences a looping reply repeats are
-    dropped (``junk.drop_repeated_sentences``; tallied ``narrate_repeats_dropped``), so are sentences restating a
-    seed demo the episode does not hold (``insight_rules.drop_demo_echoes``; ``narrate_demo_echo_dropped``), then a
-    sentence crediting one speaker with another's words gets the right name (``narrate_reattributed``).
+    dropped (``junk.drop_repeated_sentences``; tallied ``narrate_repeats_dropped``), so are sentences saying nothing
+    an earlier one did not (``insight_rules.drop_restatements``; ``narrate_restatements_dropped``) and sentences
+    restating a seed demo the episode does not hold (``insight_rules.drop_demo_echoes``; ``narrate_demo_echo_dropped``);
+    a sentence speaking in the first person becomes an attributed quote of the message it copies or is dropped
+    (``insight_rules.quote_first_person``; ``narrate_first_person_quoted`` / ``narrate_first_person_dropped``); then
+    a sentence crediting one speaker with another's words gets the right name (``narrate_reattributed``).
 
     Args:
         narrative: the reply's narrative, stripped.
@@ -182,9 +185,17 @@ def polish_narrative(narrative: str, lines: list[SourceLine]) -> str:
     narrative, repeats = drop_repeated_sentences(narrative)
     if repeats:
         tally("narrate_repeats_dropped", repeats)
+    narrative, restated = drop_restatements(narrative, lines)
+    if restated:
+        tally("narrate_restatements_dropped", restated)
     narrative, echoes = drop_demo_echoes(narrative, lines)
     if echoes:
         tally("narrate_demo_echo_dropped", echoes)
+    narrative, quoted, unquoted = quote_first_person(narrative, lines)
+    if quoted:
+        tally("narrate_first_person_quoted", quoted)
+    if unquoted:
+        tally("narrate_first_person_dropped", unquoted)
     return _speakers_put_right(narrative, lines, "narrate_reattributed")
 
 

@@ -89,3 +89,21 @@ def test_zero_shot_rows_drop_the_seed_demo_and_pair_against_the_shipped_model(tm
     rows = {r["row"]: r for r in fig["rows"]}
     assert rows["1.5b-zero-shot"]["paired_vs_1.5b"]["n"] == rows["1.5b"]["n"] and rows["1.5b"]["paired_vs_1.5b"] is None
     assert "− 1.5b, paired" in capsys.readouterr().out
+
+
+def test_against_pairs_each_row_with_the_same_row_of_an_earlier_file(tmp_path, capsys):
+    first, second = tmp_path / "a", tmp_path / "b"
+    args = ["--data", str(DATA), "--test", "conv-c", "--lm", "scripted", "--rows", "1.5b"]
+    assert teacher.main([*args, "--out", str(first)]) == 0
+    (earlier,) = first.glob("teacher-narrate-*.json")
+    assert teacher.main([*args, "--against", str(earlier), "--out", str(second)]) == 0
+    out = capsys.readouterr().out
+    (row,) = json.loads(next(second.glob("teacher-narrate-*.json")).read_text())["figures"]["rows"]
+    assert row["paired_vs_earlier"]["n"] == row["n"] and row["paired_vs_earlier"]["diff"] == 0.0
+    assert "1.5b vs the same row of the --against file" in out
+
+
+def test_an_earlier_file_with_other_examples_is_not_paired():
+    rows = [{"row": "1.5b", "scores": [0.5, 0.5], "mean": 0.5}]
+    fig = teacher.figures(rows, None, earlier=[{"row": "1.5b", "scores": [0.1], "mean": 0.1}])
+    assert fig["rows"][0]["paired_vs_earlier"] is None

@@ -517,3 +517,16 @@ def test_a_narrative_sentence_crediting_the_wrong_speaker_gets_the_speaker_who_s
     (ep,) = mem.list_episodes("u")
     assert ep.narrative == "Jon greeted Gina. Jon went to Paris last week with her sister. Gina was amazed."
     assert mem.usage.counters["narrate_reattributed"] == 1
+
+
+def test_a_narrative_restating_itself_or_copying_a_first_person_line_is_stored_third_person(tmp_path):
+    """A restated sentence is dropped (``narrate_restatements_dropped``) and a copied first-person line becomes
+    Jon's attributed quote (``narrate_first_person_quoted``): what is stored says who said what, once."""
+    narrative = ("Jon told Gina that he went to Paris with his sister. Jon also told Gina he went to Paris with "
+                 "his sister. I went to Paris last week with my sister.")
+    lm, mem = _narrated(tmp_path, lambda i: chat_reply(cue="Jon's trip to Paris", narrative=narrative))
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == ("Jon told Gina that he went to Paris with his sister. "
+                            "Jon said: \u201cI went to Paris last week with my sister.\u201d")
+    assert mem.usage.counters["narrate_restatements_dropped"] == 1
+    assert mem.usage.counters["narrate_first_person_quoted"] == 1
