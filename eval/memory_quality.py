@@ -6,11 +6,12 @@ dataset, each with the ``dia_id`` of the turn(s) it rests on). Over the memory b
 
 * **fact recall**: share of the gold observations of the built turns (those whose dia_id is among the
   conversation's messages, so a ``--sessions`` slice counts only its own) that ≥ 1 live semantic entry states;
-* **fact support**: share of semantic entries that a message (or two consecutive messages) of their source
-  episode(s) states, that are not a fragment (``junk.is_fragment``), not a verbatim copy of one message
+* **fact support**: share of semantic entries that one to three sentences of a message (or a message's last
+  sentence and the next one's first) of their source episode(s) state (``SupportChecker``, validated apart on
+  ``tests/data/fact_support_pairs.jsonl``), that are not a fragment (``junk.is_fragment``), not a verbatim copy of one message
   (``insight_rules.is_verbatim_copy``; an attributed quote, ``Sam said on 2023-09-15: “…”``, names who and when
   and is no copy: counted apart as ``attributed``), not junk and credit no speaker with another's words;
-* **narrative faithfulness**: share of narrative sentences that a message window of their episode states and that
+* **narrative faithfulness**: share of narrative sentences that their episode's messages state (``SupportChecker``) and that
   credit no speaker with another's words (``insight_rules.misattributed_to``);
 * **narrative coverage**: share of the gold observations lying in an episode (by dia_id) that the episode's
   narrative states;
@@ -48,7 +49,8 @@ from nemori_dspy.embedders import Embedder
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
 from nemori_dspy.eval.metrics import format_table
-from nemori_dspy.insight_rules import echoes_demo, is_attributed, is_verbatim_copy, misattributed_to, source_lines
+from nemori_dspy.insight_rules import (COPY_RATIO, copied_passage, echoes_demo, is_attributed, is_verbatim_copy,
+                                      misattributed_to, people_named, source_lines, split_sentences, strip_address)
 from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates
@@ -57,7 +59,8 @@ from nemori_dspy.types import Episode, SemanticEntry, StoredMessage
 __all__ = ["PAIRS_PATH", "VALIDATED", "COSINE_STRONG", "COSINE_MIN", "RECALL_MIN", "GoldObservation", "FactMatcher",
            "FactVerdict", "NarrativeVerdict", "ConversationMemoryQuality", "MemoryAudit",
            "MemoryQuality", "terms", "content_recall", "clash", "sentences", "with_adjacent_pairs", "gold_observations", "audit_memory", "aggregate", "memory_table", "validate",
-           "load_pairs", "memory_report", "record_memory", "memory_summary_text", "memory_metrics", "main"]
+           "load_pairs", "SUPPORT_PAIRS_PATH", "SUPPORT_COSINE_MIN", "SUPPORT_RECALL_MIN", "SUPPORT_VALIDATED",
+           "SupportChecker", "support_units", "load_support_pairs", "validate_support", "memory_report", "record_memory", "memory_summary_text", "memory_metrics", "main"]
 
 #: the matcher's validation set (hand-labelled; synthetic people and facts).
 PAIRS_PATH = Path(__file__).resolve().parents[1] / "tests" / "data" / "fact_match_pairs.jsonl"
@@ -74,6 +77,24 @@ RECALL_MIN = 0.50
 #: ``validate`` with all-MiniLM-L6-v2 on ``PAIRS_PATH`` (tests/eval/test_memory_quality.py recomputes it).
 VALIDATED: dict[str, Any] = {"embedder": "all-MiniLM-L6-v2", "n": 71, "precision": 32 / 33, "recall": 32 / 33,
                              "f1": 32 / 33}
+
+#: the support checker's validation set (hand-labelled; synthetic people, facts and chat messages).
+SUPPORT_PAIRS_PATH = PAIRS_PATH.with_name("fact_support_pairs.jsonl")
+# Support thresholds (``SupportChecker``): inside the F1 plateau of a grid (cosine_min 0.50-0.70 × recall_min
+# 0.3-0.6) over the 90 pairs of SUPPORT_PAIRS_PATH with all-MiniLM-L6-v2. A fact is compared with one to three
+# sentences of a message, so a short paraphrase of one sentence in a long chatty message scores a lower cosine than
+# a gold against a fact: the whole-message windows with COSINE_MIN / RECALL_MIN found 9 of its 45 supported facts.
+SUPPORT_COSINE_MIN = 0.55
+SUPPORT_RECALL_MIN = 0.40
+#: ``validate_support`` with all-MiniLM-L6-v2 on ``SUPPORT_PAIRS_PATH`` (tests/eval/test_memory_quality.py recomputes
+#: it). The whole-message rule it replaced: precision 9/17, recall 9/45.
+SUPPORT_VALIDATED: dict[str, Any] = {"embedder": "all-MiniLM-L6-v2", "n": 90, "precision": 35 / 43,
+                                     "recall": 35 / 45, "f1": 70 / 88}
+#: words of intent or plan: a message saying "thinking about adopting" or "one day I'd sell them" does not support
+#: "adopted" or "sold" (a fact without such a word).
+_INTENT = re.compile(r"\b(?:thinking about|think about|planning|plans? to|wants? to|wanting to|hop(?:e|ing) to|going to|"
+                     r"gonna|considering|applying|apply|signed up|sign up|would like|one day|someday|by next|might|"
+                     r"maybe|looked into|looking into|if)\b", re.IGNORECASE)
 
 _WORDS = re.compile(r"[\w']+")
 _STEM = PorterStemmer()
@@ -254,6 +275,116 @@ class FactMatcher:
                 "cosine_min": self.cosine_min, "recall_min": self.recall_min, "validated": dict(VALIDATED)}
 
 
+# --------------------------------------------------------------------------------------------- support
+#: one message as the support checker reads it: (speaker, a stamp such as "May 2023" or "", content)
+SupportLine = tuple[str, str, str]
+
+
+def support_units(lines: Sequence[SupportLine], people: set[str] | None = None) -> list[tuple[str, set[str]]]:
+    """What a memory fact or a narrative sentence may rest on, each unit with the people it is about: every run of
+    one to three consecutive sentences of a message (about its speaker and the people its text names), and a
+    message's closing question followed by the first one or two sentences of the next message (the answer: about
+    the answering speaker and the people either text names). Units read ``"Speaker (stamp): text"``
+    (``"Speaker: text"`` without a stamp). Names that only address the listener are taken out first
+    (``insight_rules.strip_address``: "Hey Sam! I ran …" → "I ran …"), so "Tomas, I repainted the room" is about its
+    speaker, not Tomas.
+
+    Args:
+        lines: the messages, in order, as ``SupportLine``.
+        people: case-folded first names of the conversation's people (default: the speakers of ``lines``).
+    Returns:
+        ``(unit, people it is about)`` pairs, ``[]`` for no message.
+    """
+    names = people if people is not None else {who.split()[0].casefold() for who, _, _ in lines if who.strip()}
+    out: list[tuple[str, set[str]]] = []
+    question: tuple[str, set[str]] | None = None
+    for who, stamp, content in lines:
+        head = f"{who} ({stamp}): " if stamp else f"{who}: "
+        me = {who.split()[0].casefold()} if who.strip() else set()
+        sents = split_sentences(strip_address(content, names)) or [content.strip()]
+        for i in range(len(sents)):
+            for j in range(i + 1, min(i + 4, len(sents) + 1)):
+                text = " ".join(sents[i:j])
+                out.append((head + text, me | people_named(text, names)))
+        if question is not None:
+            asked, about = question
+            for k in (1, 2)[:len(sents)]:
+                text = " ".join(sents[:k])
+                out.append((f"{asked} {head}{text}", me | about | people_named(text, names)))
+        last = sents[-1]
+        question = (head + last, people_named(last, names)) if last.rstrip().endswith("?") else None
+    return out
+
+
+def _subject(text: str, speakers: set[str]) -> str | None:
+    """The first speaker (case-folded first name) ``text`` names, or None."""
+    low = text.casefold()
+    named = sorted(people_named(text, speakers), key=low.find)
+    return named[0] if named else None
+
+
+class SupportChecker:
+    """Decides whether the messages of an episode state a memory fact or a narrative sentence ("support").
+
+    Rule: an attributed quote (``Sam said on 2023-09-15: “…”``) is supported when its speaker said the quoted
+    passage (``difflib`` ratio ≥ ``insight_rules.COPY_RATIO``); anything else when a ``support_units`` unit states
+    it by the ``FactMatcher`` rule with ``SUPPORT_COSINE_MIN`` / ``SUPPORT_RECALL_MIN``, where the unit is about the
+    text's subject (the first speaker it names: "Tomas helped Priya repaint" needs a unit about Tomas) and does not
+    speak of an intent the text states as done (``_INTENT``). Validated on ``SUPPORT_PAIRS_PATH``
+    (``validate_support``; ``SUPPORT_VALIDATED``); what it misses is semantics no word rule sees (a detail added in
+    the same words, "violin" for "cello" in a long sentence, an opinion of the listener's stated as a fact).
+
+    Args:
+        embedder: any ``Embedder`` (thresholds validated with all-MiniLM-L6-v2).
+        cosine_min, recall_min: thresholds (defaults ``SUPPORT_COSINE_MIN``, ``SUPPORT_RECALL_MIN``).
+    """
+
+    def __init__(self, embedder: Embedder, cosine_min: float = SUPPORT_COSINE_MIN,
+                 recall_min: float = SUPPORT_RECALL_MIN) -> None:
+        self.matcher: Any = FactMatcher(embedder, cosine_min=cosine_min, recall_min=recall_min)
+
+    @classmethod
+    def with_matcher(cls, matcher: Any) -> "SupportChecker":
+        """A checker deciding "states" with ``matcher`` (anything with ``FactMatcher.match_matrix``) instead of the
+        support thresholds: the same units and subject, intent and quote rules (tests use an embedder-free one)."""
+        checker = cls.__new__(cls)
+        checker.matcher = matcher
+        return checker
+
+    def supported(self, texts: Sequence[str], lines: Sequence[SupportLine], people: set[str] | None = None
+                  ) -> list[bool]:
+        """One flag per text: stated by ``lines`` (the messages it came from). ``people``: case-folded first names
+        of the conversation's people (default: the speakers of ``lines``). ``[False] * len(texts)`` without
+        messages."""
+        speakers = people if people is not None else {w.split()[0].casefold() for w, _, _ in lines if w.strip()}
+        found = support_units(lines, speakers)
+        if not texts or not found:
+            return [False] * len(texts)
+        units, unit_people = [u for u, _ in found], [about for _, about in found]
+        said = self.matcher.match_matrix(list(texts), units)
+        unit_intent = [bool(_INTENT.search(u)) for u in units]
+        out = []
+        for i, text in enumerate(texts):
+            if is_attributed(text):
+                out.append(self._quoted(text, lines))
+                continue
+            who, intent = _subject(text, speakers), bool(_INTENT.search(text))
+            out.append(any(said[i, j] and (who is None or who in unit_people[j]) and (intent or not unit_intent[j])
+                           for j in range(len(units))))
+        return out
+
+    @staticmethod
+    def _quoted(text: str, lines: Sequence[SupportLine]) -> bool:
+        speaker, _, rest = text.partition(" said")
+        quote = rest.partition("\u201c")[2].rstrip().removesuffix("\u201d")
+        return copied_passage(quote, [(w, c, None) for w, _, c in lines], speaker.strip(), COPY_RATIO) is not None
+
+
+def _support_lines(messages: Sequence[StoredMessage]) -> list[SupportLine]:
+    """Stored messages as ``SupportLine``: the month as the stamp (``_render``'s), relative dates resolved."""
+    return [(m.speaker, f"{m.timestamp:%B %Y}", annotate_relative_dates(m.content, m.timestamp)) for m in messages]
+
+
 # --------------------------------------------------------------------------------------------- verdicts
 class FactVerdict(BaseModel):
     """One live semantic entry and what the metrics found: ``supported`` (a message window of its source
@@ -382,11 +513,6 @@ def with_adjacent_pairs(texts: Sequence[str]) -> list[str]:
     return [*texts, *(f"{a} {b}" for a, b in zip(texts, texts[1:]))]
 
 
-def _windows(messages: Sequence[StoredMessage]) -> list[str]:
-    """Every message, and every two consecutive ones joined: what a fact or sentence may rest on."""
-    return with_adjacent_pairs([_render(m) for m in messages])
-
-
 def sentences(text: str) -> list[str]:
     """``text`` split into sentences (at ``.!?`` followed by a capital or digit), blank ones dropped."""
     return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
@@ -403,15 +529,14 @@ def _sources(store_episodes: list[Episode]) -> dict[str, Episode]:
 
 
 def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], golds: list[GoldObservation],
-                   matcher: FactMatcher) -> list[FactVerdict]:
+                   matcher: FactMatcher, support: SupportChecker, people: set[str]) -> list[FactVerdict]:
     gold_hits = matcher.match_matrix([g.text for g in golds], [e.text for e in entries])
     out = []
     for j, entry in enumerate(entries):
         eps = list({episodes[s].id: episodes[s] for s in entry.source_episode_ids if s in episodes}.values())
         msgs = [m for ep in eps for m in ep.messages]
         lines = source_lines(msgs)
-        windows = [w for ep in eps for w in _windows(ep.messages)]
-        supported = bool(windows) and bool(matcher.match_matrix([entry.text], windows).any())
+        supported = support.supported([entry.text], _support_lines(msgs), people)[0]
         attributed = is_attributed(entry.text)
         out.append(FactVerdict(
             id=entry.id, text=entry.text, supported=supported, fragment=is_fragment(entry.text), attributed=attributed,
@@ -423,13 +548,12 @@ def _fact_verdicts(entries: list[SemanticEntry], episodes: dict[str, Episode], g
 
 
 def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
-                        matcher: FactMatcher) -> list[NarrativeVerdict]:
+                        matcher: FactMatcher, support: SupportChecker, people: set[str]) -> list[NarrativeVerdict]:
     where = {mid: ep.id for ep in episodes for mid in ep.message_ids}
     out = []
     for ep in episodes:
         sents = sentences(ep.narrative)
-        windows = _windows(ep.messages)
-        matched = matcher.match_matrix(sents, windows).any(axis=1) if sents and windows else np.zeros(len(sents))
+        matched = support.supported(sents, _support_lines(ep.messages), people)
         lines = source_lines(ep.messages)
         wrong = [misattributed_to(x, lines, second_person=False) is not None for x in sents]
         supported = [bool(m) and not w for m, w in zip(matched, wrong)]
@@ -446,15 +570,18 @@ def _narrative_verdicts(episodes: list[Episode], golds: list[GoldObservation],
 
 
 def audit_memory(store: MemoryStore, conv: LoCoMoConversation, matcher: FactMatcher,
-                 system: str = "nemori") -> MemoryAudit:
+                 system: str = "nemori", support: SupportChecker | None = None) -> MemoryAudit:
     """Measure the memory ``store`` holds for ``conv`` (user id ``conv.sample_id``) against its gold
     observations (``gold_observations``). Reads only (``list_episodes``, ``list_semantic``); embeds the texts
-    with ``matcher``'s embedder (its calls are charged to the active ``UsageLedger`` like any embedding)."""
+    with ``matcher``'s embedder (its calls are charged to the active ``UsageLedger`` like any embedding); support
+    by the messages is ``support`` (default: a ``SupportChecker`` on the same embedder)."""
     golds = gold_observations(conv)
     episodes = store.list_episodes(conv.sample_id)
     entries = store.list_semantic(conv.sample_id)
-    facts = _fact_verdicts(entries, _sources(episodes), golds, matcher)
-    narratives = _narrative_verdicts(episodes, golds, matcher)
+    support = support or SupportChecker(matcher.embedder)
+    people = {m.speaker.split()[0].casefold() for m in conv.messages if m.speaker.strip()}
+    facts = _fact_verdicts(entries, _sources(episodes), golds, matcher, support, people)
+    narratives = _narrative_verdicts(episodes, golds, matcher, support, people)
     reasons: dict[str, int] = {}
     for kind, reason in [("entry", f.junk) for f in facts] + [("narrative", n.junk) for n in narratives]:
         if reason:
@@ -526,7 +653,9 @@ def _caption(matcher: dict[str, Any]) -> str:
         f"; this run's embedder is {matcher['embedder']}, so the figures are indicative only"
     return (f"shares ×100; fact recall against LoCoMo's gold observations of the built turns; matcher validated on "
             f"{v['n']} hand-labelled pairs with {v['embedder']}: precision {100 * v['precision']:.1f}, recall "
-            f"{100 * v['recall']:.1f}{note}")
+            f"{100 * v['recall']:.1f}; support (fact support, narrative faithfulness) checked on "
+            f"{SUPPORT_VALIDATED['n']}: precision {100 * SUPPORT_VALIDATED['precision']:.1f}, recall "
+            f"{100 * SUPPORT_VALIDATED['recall']:.1f}{note}")
 
 
 # --------------------------------------------------------------------------------------------- wiring
@@ -627,6 +756,57 @@ def validate(matcher: FactMatcher, pairs: Sequence[dict[str, Any]]) -> dict[str,
             "precision": precision, "recall": recall, "f1": f1, "errors": errors}
 
 
+_SUPPORT_LINE = re.compile(r"([A-Z][\w'’-]+(?: [A-Z][\w'’-]+)?) \(([A-Z][a-z]+ \d{4})\): ")
+
+
+def _source_lines(source: str) -> list[SupportLine]:
+    """A pair's ``source`` (one or two rendered messages, ``"Speaker (May 2023): text Other (May 2023): text"``)
+    as ``SupportLine``."""
+    parts = _SUPPORT_LINE.split(source)
+    return [(parts[i], parts[i + 1], parts[i + 2].strip()) for i in range(1, len(parts) - 2, 3)]
+
+
+def load_support_pairs(path: Path = SUPPORT_PAIRS_PATH) -> list[dict[str, Any]]:
+    """The support checker's labelled pairs: one JSON object per line with ``fact``, ``source`` (one or two
+    rendered messages), ``supported`` (bool), ``kind`` and ``note``.
+
+    Raises:
+        DatasetError: the file is missing, a line is no such object, or a source holds no rendered message.
+    """
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found. Fix: pass --pairs tests/data/fact_support_pairs.jsonl.")
+    pairs = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{n}: not JSON ({exc}). Fix: one JSON object per line.") from exc
+        if not isinstance(item, dict) or not {"fact", "source", "supported"} <= item.keys():
+            raise DatasetError(f"{path}:{n}: needs fact, source and supported. Fix: add the missing keys.")
+        if not _source_lines(str(item["source"])):
+            raise DatasetError(f"{path}:{n}: source holds no 'Speaker (Month YYYY): text' message. Fix: render it so.")
+        pairs.append(item)
+    return pairs
+
+
+def validate_support(checker: SupportChecker, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Precision, recall and F1 (in [0, 1]) of ``checker`` on the support ``pairs``, with ``n``, the confusion
+    counts and the misjudged pairs (``errors``). The people of the pairs' conversations are every speaker of the
+    file (a message addressing the listener by name, "Tomas, I repainted …", names its listener only so)."""
+    people = {who.split()[0].casefold() for p in pairs for who, _, _ in _source_lines(p["source"])}
+    said = [checker.supported([p["fact"]], _source_lines(p["source"]), people)[0] for p in pairs]
+    tp = sum(s and p["supported"] for s, p in zip(said, pairs))
+    fp = sum(s and not p["supported"] for s, p in zip(said, pairs))
+    fn = sum(not s and p["supported"] for s, p in zip(said, pairs))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"n": len(pairs), "tp": tp, "fp": fp, "fn": fn, "tn": len(pairs) - tp - fp - fn, "precision": precision,
+            "recall": recall, "f1": f1, "errors": [p for p, s in zip(pairs, said) if s != p["supported"]]}
+
+
 # --------------------------------------------------------------------------------------------- CLI
 def _embedder(name: str) -> Embedder:
     from nemori_dspy.config import NemoriSettings
@@ -646,14 +826,28 @@ def _recorded_embedder(db: Path) -> str | None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    result = validate(FactMatcher(_embedder(args.embedder)), load_pairs(Path(args.pairs)))
-    print(f"FactMatcher on {args.pairs} with {args.embedder} (cosine_strong={COSINE_STRONG}, "
+    if args.support:
+        return _cmd_validate_support(args)
+    result = validate(FactMatcher(_embedder(args.embedder)), load_pairs(Path(args.pairs or PAIRS_PATH)))
+    print(f"FactMatcher on {args.pairs or PAIRS_PATH} with {args.embedder} (cosine_strong={COSINE_STRONG}, "
           f"cosine_min={COSINE_MIN}, recall_min={RECALL_MIN}):")
     print(f"n={result['n']}  precision={result['precision']:.3f}  recall={result['recall']:.3f}  "
           f"f1={result['f1']:.3f}  (tp={result['tp']} fp={result['fp']} fn={result['fn']} tn={result['tn']})")
     for e in result["errors"]:
         print(f"  {'FP' if not e['match'] else 'FN'} [{e.get('kind', '')}] cos={e['cosine']} recall={e['recall']} "
               f"clash={e['clash']}\n     gold: {e['gold']}\n     cand: {e['candidate']}")
+    return 0
+
+
+def _cmd_validate_support(args: argparse.Namespace) -> int:
+    path = Path(args.pairs) if args.pairs else SUPPORT_PAIRS_PATH
+    result = validate_support(SupportChecker(_embedder(args.embedder)), load_support_pairs(path))
+    print(f"SupportChecker on {path} with {args.embedder} (cosine_min={SUPPORT_COSINE_MIN}, "
+          f"recall_min={SUPPORT_RECALL_MIN}):")
+    print(f"n={result['n']}  precision={result['precision']:.3f}  recall={result['recall']:.3f}  "
+          f"f1={result['f1']:.3f}  (tp={result['tp']} fp={result['fp']} fn={result['fn']} tn={result['tn']})")
+    for e in result["errors"]:
+        print(f"  {'FN' if e['supported'] else 'FP'} [{e.get('kind', '')}] {e['fact']}\n     source: {e['source']}")
     return 0
 
 
@@ -710,8 +904,11 @@ def main(argv: list[str] | None = None) -> int:
     [--sessions A-B]``; returns the exit code (2 on a data error, with its message on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m nemori_dspy.eval.memory_quality", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="precision/recall/F1 of the fact matcher on the labelled pairs")
-    v.add_argument("--pairs", default=str(PAIRS_PATH))
+    v = sub.add_parser("validate", help="precision/recall/F1 of the fact matcher (or, --support, the support "
+                                        "checker) on its labelled pairs")
+    v.add_argument("--pairs", default=None, help="default: tests/data/fact_match_pairs.jsonl (--support: "
+                                                 "tests/data/fact_support_pairs.jsonl)")
+    v.add_argument("--support", action="store_true", help="validate the support checker instead")
     v.add_argument("--embedder", default="all-MiniLM-L6-v2")
     i = sub.add_parser("inspect", help="metrics, narratives and facts of a built memory")
     i.add_argument("--db", required=True, help="the memory's SQLite file")

@@ -42,7 +42,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
-           "quote_first_person"]
+           "quote_first_person", "strip_address", "copied_passage"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -287,6 +287,14 @@ def _match(text: str, lines: list[SourceLine], speaker: str | None, floor: float
     return best
 
 
+def copied_passage(text: str, lines: list[SourceLine], speaker: str | None = None,
+                   floor: float = COPY_RATIO) -> tuple[SourceLine, str] | None:
+    """(message line, the passage of it ``text`` copies), or None: the best ``difflib`` match ≥ ``floor`` of
+    ``text`` against each message and each run of one to three of its sentences (only ``speaker``'s messages when
+    given), as ``rule_insight`` finds a copy."""
+    return _match(text, lines, speaker, floor)
+
+
 def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str]:
     """What to store for one P_dis / Nemori-s ``insight`` of an episode whose messages are ``lines``:
     ``(text, outcome)``.
@@ -362,6 +370,14 @@ def _without_address(text: str, name: str) -> str:
     n = re.escape(name)
     text = re.sub(rf"(^|[.!?]\s+)(?:{_GREETING}\W*\s*)?\b{n}\b\s*[!,.]", r"\1", text, flags=re.IGNORECASE)
     return re.sub(rf",\s*\b{n}\b(?=\s*[!?.]|\s*$)", "", text, flags=re.IGNORECASE)
+
+
+def strip_address(text: str, names: set[str]) -> str:
+    """``text`` without the ``names`` (case-folded first names) used only to address the listener ("Hey Sam! I got
+    back …" → "I got back …"; ``_without_address``), so a message names only the people it speaks of."""
+    for name in names:
+        text = _without_address(text, name)
+    return text
 
 
 def _stem(word: str) -> str:

@@ -337,21 +337,24 @@ class ObservationMetric:
       0.1 per insight restating a known entry − length penalty. An episode whose observations memory already
       held rewards saying nothing new (recall 1 with no insight, 0.5 with some).
 
-    "States" is ``eval.memory_quality.FactMatcher`` (the memory's own embedder), as in the Memory table.
+    "States" is ``eval.memory_quality.FactMatcher`` (the memory's own embedder) for the gold observations and
+    ``eval.memory_quality.SupportChecker`` for support by the messages, as in the Memory table.
     GEPA feedback names the observations missed, the sentences or insights no message supports, echoes,
     copies and restatements.
 
     Args:
         matcher: a ``FactMatcher``.
         stage: "narrate" or "distill" (``anticipate`` and ``anticipate+distill`` use "distill").
+        support: a ``SupportChecker`` (default: one on ``matcher``'s embedder, built at the first call).
     Raises:
         ValueError: another stage.
     """
 
-    def __init__(self, matcher: Any, stage: str) -> None:
+    def __init__(self, matcher: Any, stage: str, support: Any = None) -> None:
         if stage not in ("narrate", "distill"):
             raise ValueError(f"ObservationMetric stage {stage!r}: must be 'narrate' or 'distill'.")
         self.matcher, self.stage = matcher, stage
+        self._support: Any = support
 
     def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
                  pred_trace: Any = None) -> Any:
@@ -362,12 +365,21 @@ class ObservationMetric:
         score, notes = (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)
         return _result(score, " ".join(notes), pred_name)
 
-    def _windows(self, messages: str) -> tuple[list[str], set[str]]:
-        from nemori_dspy.eval.memory_quality import with_adjacent_pairs
+    def _lines(self, messages: str) -> tuple[list[tuple[str, str, str]], set[str]]:
+        """The rendered ``messages`` as the support checker's lines ``(speaker, "", content)``, and the speakers."""
         from nemori_dspy.insight_rules import message_lines
 
         pairs = message_lines(messages)
-        return with_adjacent_pairs([f"{who}: {text}" for who, text in pairs]), {who for who, _ in pairs}
+        return [(who, "", text) for who, text in pairs], {who for who, _ in pairs}
+
+    def _supported(self, texts: list[str], messages: str) -> list[bool]:
+        """Which ``texts`` the rendered ``messages`` state (``eval.memory_quality.SupportChecker``, as the Memory
+        table's fact support and narrative faithfulness)."""
+        from nemori_dspy.eval.memory_quality import SupportChecker
+
+        if self._support is None:
+            self._support = SupportChecker(self.matcher.embedder)
+        return self._support.supported(texts, self._lines(messages)[0])
 
     def _stated(self, texts: list[str], candidates: list[str]) -> list[bool]:
         if not texts or not candidates:
@@ -380,7 +392,7 @@ class ObservationMetric:
         from nemori_dspy.junk import junk_reason
 
         cue, narrative = str(getattr(pred, "cue", "") or ""), str(getattr(pred, "narrative", "") or "")
-        windows, speakers = self._windows(example.messages)
+        speakers = self._lines(example.messages)[1]
         echo = next((r for r in (junk_reason(narrative), junk_reason(cue) if cue.strip() else None) if r), None)
         if echo or not narrative.strip() or is_chat_line(narrative, speakers):
             why = (f"it echoes {echo}" if echo else "it is empty" if not narrative.strip() else
@@ -389,7 +401,7 @@ class ObservationMetric:
                          "speakers said and did, with dates."]
         sents = sentences(narrative)
         covered = self._stated(golds, with_adjacent_pairs(sents))
-        supported = self._stated(sents, windows)
+        supported = self._supported(sents, example.messages)
         coverage, faithful = sum(covered) / len(golds), (sum(supported) / len(sents) if sents else 0.0)
         pen, ratio = length_penalty(f"{cue} {narrative}", example.messages)
         notes = [f"Covers {sum(covered)} of {len(golds)} gold observations; {sum(supported)} of {len(sents)} "
@@ -409,10 +421,9 @@ class ObservationMetric:
         known = [str(k) for k in (getattr(example, "known_before", None) or [])]
         held = self._stated(golds, known)
         new = [g for g, h in zip(golds, held) if not h]
-        windows, _ = self._windows(example.episode_messages)
         found = self._stated(new, insights)
         recall = sum(found) / len(new) if new else (1.0 if not insights else 0.5)
-        supported = self._stated(insights, windows)
+        supported = self._supported(insights, example.episode_messages)
         support = sum(supported) / len(insights) if insights else 1.0
         again = [i for i, r in zip(insights, self._stated(insights, known)) if r] if known else []
         pen, ratio = length_penalty("\n".join(insights), example.episode_messages)

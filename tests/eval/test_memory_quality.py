@@ -80,6 +80,48 @@ def test_matcher_precision_and_recall_on_the_pairs_with_minilm():
         assert result[key] == pytest.approx(mq.VALIDATED[key])
 
 
+@pytest.mark.skipif(find_minilm_dir() is None, reason="all-MiniLM-L6-v2 is not on this machine")
+def test_support_checker_precision_and_recall_on_its_pairs_with_minilm():
+    from nemori_dspy.config import NemoriSettings
+    from nemori_dspy.embedders import resolve_embedder
+
+    embedder = resolve_embedder(NemoriSettings())
+    pairs = mq.load_support_pairs()
+    result = mq.validate_support(mq.SupportChecker(embedder), pairs)
+    assert result["n"] == mq.SUPPORT_VALIDATED["n"] and len({p["kind"] for p in pairs}) >= 10
+    for key in ("precision", "recall", "f1"):
+        assert result[key] == pytest.approx(mq.SUPPORT_VALIDATED[key])
+    # the whole-message rule it replaced found a fifth of the supported facts
+    old = [bool(mq.FactMatcher(embedder).match_matrix([p["fact"]], [p["source"]])[0, 0]) for p in pairs]
+    assert sum(o and p["supported"] for o, p in zip(old, pairs)) < result["tp"] / 2
+
+
+def test_units_drop_the_listeners_name_and_pair_a_question_with_its_answer():
+    lines = [("Priya", "May 2023", "Hey Tomas! I repainted the spare room. It looks fresh."),
+             ("Tomas", "May 2023", "Wow, Priya! What colour did you pick?"),
+             ("Priya", "May 2023", "Sage green. Took all weekend.")]
+    units = dict(mq.support_units(lines))
+    assert units["Priya (May 2023): I repainted the spare room."] == {"priya"}  # "Hey Tomas!" only addressed him
+    assert "Priya (May 2023): I repainted the spare room. It looks fresh." in units
+    qa = "Tomas (May 2023): What colour did you pick? Priya (May 2023): Sage green."
+    assert units[qa] == {"priya"}
+    assert not any(u.startswith("Priya (May 2023): It looks fresh. Tomas") for u in units)  # no question asked
+
+
+def test_support_needs_a_unit_about_the_subject_and_no_plan_stated_as_done():
+    checker = mq.SupportChecker(HashingEmbedder(512), cosine_min=0.3, recall_min=0.5)
+    lines = [("Priya", "May 2023", "Hey Tomas! I repainted the spare room sage green this weekend."),
+             ("Tomas", "May 2023", "Nice! I'm thinking about adopting a terrier from the shelter.")]
+    flags = checker.supported(["Priya repainted the spare room sage green.",
+                               "Tomas helped Priya repaint the spare room sage green.",
+                               "Tomas adopted a terrier from the shelter.",
+                               "Tomas is thinking about adopting a terrier from the shelter.",
+                               "Priya said on 2023-05-08: \u201cI repainted the spare room sage green this weekend.\u201d",
+                               "Tomas said on 2023-05-08: \u201cI repainted the spare room sage green this weekend.\u201d"],
+                              lines)
+    assert flags == [True, False, False, True, True, False]
+
+
 def _store(tmp_path: Path, conv) -> SQLiteStore:
     """Session 1 of synth-1 as two episodes (D1:1-D1:10 and D1:11-D1:19) and six scripted facts."""
     store = SQLiteStore(tmp_path / "m.sqlite3")
@@ -111,9 +153,13 @@ def _matcher() -> mq.FactMatcher:
     return mq.FactMatcher(HashingEmbedder(512), cosine_min=0.4, recall_min=0.6, cosine_strong=0.99)
 
 
+def _support() -> mq.SupportChecker:
+    return mq.SupportChecker(HashingEmbedder(512), cosine_min=0.4, recall_min=0.6)
+
+
 def test_audit_of_a_scripted_memory(tmp_path, session1):
     store = _store(tmp_path, session1)
-    audit = mq.audit_memory(store, session1, _matcher())
+    audit = mq.audit_memory(store, session1, _matcher(), support=_support())
     m = audit.metrics
     assert (m.sessions, m.messages, m.episodes, m.entries, m.gold) == (1, 19, 2, 6, 9)
     assert m.gold_matched == 2 and m.fact_recall == pytest.approx(2 / 9)
@@ -197,10 +243,11 @@ def test_a_fact_crediting_the_wrong_speaker_is_counted_misattributed(tmp_path, s
     store.commit_distillation(USER, "ep1", [SemanticEntry(id=f"x{i}", user_id=USER, text=t, vector=vec,
                                                           source_episode_ids=["ep1"]) for i, t in
                                             enumerate([right, swapped])], [])
-    audit = mq.audit_memory(store, session1, _matcher())
+    audit = mq.audit_memory(store, session1, _matcher(), support=_support())
     verdict = {f.text: f for f in audit.facts}
     assert not verdict[right].misattributed and verdict[swapped].misattributed
-    assert verdict[swapped].supported and not verdict[swapped].counts_as_support  # a window states it; wrong person
+    assert verdict[right].supported  # Elias's own message states it
+    assert not verdict[swapped].supported and not verdict[swapped].counts_as_support  # no unit is about Noor
     assert audit.metrics.misattributed == 1 and "misattributed" in mq.memory_table(
         [mq.MemoryQuality(system="nemori", conversations=[audit.metrics], aggregate=audit.metrics)])
     store.close()

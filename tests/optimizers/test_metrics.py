@@ -114,6 +114,12 @@ class _RecallMatcher:
             len(golds), len(candidates))
 
 
+def _recall_support():
+    from nemori_dspy.eval.memory_quality import SupportChecker
+
+    return SupportChecker.with_matcher(_RecallMatcher())
+
+
 _MSGS = ("[2023-04-03 09:00] Noor: I went to my first pottery class on Saturday.\n"
          "[2023-04-03 09:01] Elias: Nice! I finished my oak workbench.\n"
          "[2023-04-03 09:02] Noor: My teacher Ingrid is a retired chemist.")
@@ -132,7 +138,7 @@ def test_observation_metric_scores_narratives_by_gold_coverage_and_faithfulness(
 
     from nemori_dspy.optimizers.metrics import ObservationMetric
 
-    metric = ObservationMetric(_RecallMatcher(), "narrate")
+    metric = ObservationMetric(_RecallMatcher(), "narrate", _recall_support())
     ex = dspy.Example(messages=_MSGS, observations=_OBS)
     full = _narr("Noor went to her first pottery class on Saturday. Elias finished his oak workbench. "
                  "Noor's teacher Ingrid is a retired chemist.")
@@ -157,7 +163,7 @@ def test_observation_metric_rewards_distilling_only_what_memory_missed():
 
     from nemori_dspy.optimizers.metrics import ObservationMetric
 
-    metric = ObservationMetric(_RecallMatcher(), "distill")
+    metric = ObservationMetric(_RecallMatcher(), "distill", _recall_support())
     ex = dspy.Example(episode_messages=_MSGS, observations=_OBS, known_before=[_OBS[0]])
     new_only = dspy.Prediction(insights=[_OBS[1], _OBS[2]])
     with_known = dspy.Prediction(insights=[_OBS[0], _OBS[1], _OBS[2]])
