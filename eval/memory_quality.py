@@ -724,19 +724,42 @@ def load_pairs(path: Path = PAIRS_PATH) -> list[dict[str, Any]]:
     Raises:
         DatasetError: the file is missing or a line is not such an object.
     """
+    return [item for _, item in _read_pairs(path, ("gold", "candidate", "match"), "fact_match_pairs.jsonl")]
+
+
+def _read_pairs(path: Path, keys: tuple[str, ...], default: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-blank line of a JSONL pairs file, each an object holding ``keys``.
+
+    Raises:
+        DatasetError: the file is missing, a line is not JSON or lacks a key (the message names the fix).
+    """
     if not path.is_file():
-        raise DatasetError(f"{path}: file not found. Fix: pass --pairs tests/data/fact_match_pairs.jsonl.")
-    pairs = []
+        raise DatasetError(f"{path}: file not found. Fix: pass --pairs tests/data/{default}.")
+    out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{n}: not JSON ({exc}). Fix: one JSON object per line.") from exc
-            if not isinstance(item, dict) or not {"gold", "candidate", "match"} <= item.keys():
-                raise DatasetError(f"{path}:{n}: needs gold, candidate and match. Fix: add the missing keys.")
-            pairs.append(item)
-    return pairs
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{n}: not JSON ({exc}). Fix: one JSON object per line.") from exc
+        if not isinstance(item, dict) or not set(keys) <= item.keys():
+            raise DatasetError(f"{path}:{n}: needs {', '.join(keys)}. Fix: add the missing keys.")
+        out.append((n, item))
+    return out
+
+
+def _confusion(said: Sequence[bool], truth: Sequence[bool]) -> dict[str, Any]:
+    """``n``, ``tp``/``fp``/``fn``/``tn``, ``precision``, ``recall`` and ``f1`` (in [0, 1]) of ``said`` against
+    ``truth``."""
+    tp = sum(s and t for s, t in zip(said, truth))
+    fp = sum(s and not t for s, t in zip(said, truth))
+    fn = sum(t and not s for s, t in zip(said, truth))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"n": len(truth), "tp": tp, "fp": fp, "fn": fn, "tn": len(truth) - tp - fp - fn, "precision": precision,
+            "recall": recall, "f1": f1}
 
 
 def validate(matcher: FactMatcher, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -744,16 +767,9 @@ def validate(matcher: FactMatcher, pairs: Sequence[dict[str, Any]]) -> dict[str,
     the misjudged pairs (``errors``: each pair with its cosine, recall and clash)."""
     cos = [float(matcher.cosines([p["gold"]], [p["candidate"]])[0, 0]) for p in pairs]
     said = [matcher.decide(p["gold"], p["candidate"], c) for p, c in zip(pairs, cos)]
-    tp = sum(s and p["match"] for s, p in zip(said, pairs))
-    fp = sum(s and not p["match"] for s, p in zip(said, pairs))
-    fn = sum(not s and p["match"] for s, p in zip(said, pairs))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     errors = [{**p, "cosine": round(c, 3), "recall": round(content_recall(p["gold"], p["candidate"]), 3),
                "clash": clash(p["gold"], p["candidate"])} for p, c, s in zip(pairs, cos, said) if s != p["match"]]
-    return {"n": len(pairs), "tp": tp, "fp": fp, "fn": fn, "tn": len(pairs) - tp - fp - fn,
-            "precision": precision, "recall": recall, "f1": f1, "errors": errors}
+    return {**_confusion(said, [bool(p["match"]) for p in pairs]), "errors": errors}
 
 
 _SUPPORT_LINE = re.compile(r"([A-Z][\w'’-]+(?: [A-Z][\w'’-]+)?) \(([A-Z][a-z]+ \d{4})\): ")
@@ -773,22 +789,11 @@ def load_support_pairs(path: Path = SUPPORT_PAIRS_PATH) -> list[dict[str, Any]]:
     Raises:
         DatasetError: the file is missing, a line is no such object, or a source holds no rendered message.
     """
-    if not path.is_file():
-        raise DatasetError(f"{path}: file not found. Fix: pass --pairs tests/data/fact_support_pairs.jsonl.")
-    pairs = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not JSON ({exc}). Fix: one JSON object per line.") from exc
-        if not isinstance(item, dict) or not {"fact", "source", "supported"} <= item.keys():
-            raise DatasetError(f"{path}:{n}: needs fact, source and supported. Fix: add the missing keys.")
+    pairs = _read_pairs(path, ("fact", "source", "supported"), "fact_support_pairs.jsonl")
+    for n, item in pairs:
         if not _source_lines(str(item["source"])):
             raise DatasetError(f"{path}:{n}: source holds no 'Speaker (Month YYYY): text' message. Fix: render it so.")
-        pairs.append(item)
-    return pairs
+    return [item for _, item in pairs]
 
 
 def validate_support(checker: SupportChecker, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -797,14 +802,8 @@ def validate_support(checker: SupportChecker, pairs: Sequence[dict[str, Any]]) -
     file (a message addressing the listener by name, "Tomas, I repainted …", names its listener only so)."""
     people = {who.split()[0].casefold() for p in pairs for who, _, _ in _source_lines(p["source"])}
     said = [checker.supported([p["fact"]], _source_lines(p["source"]), people)[0] for p in pairs]
-    tp = sum(s and p["supported"] for s, p in zip(said, pairs))
-    fp = sum(s and not p["supported"] for s, p in zip(said, pairs))
-    fn = sum(not s and p["supported"] for s, p in zip(said, pairs))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"n": len(pairs), "tp": tp, "fp": fp, "fn": fn, "tn": len(pairs) - tp - fp - fn, "precision": precision,
-            "recall": recall, "f1": f1, "errors": [p for p, s in zip(pairs, said) if s != p["supported"]]}
+    return {**_confusion(said, [bool(p["supported"]) for p in pairs]),
+            "errors": [p for p, s in zip(pairs, said) if s != p["supported"]]}
 
 
 # --------------------------------------------------------------------------------------------- CLI
