@@ -82,6 +82,10 @@ GUARDS: dict[str, tuple[str, str]] = {
     "consolidation.conflict": ("consolidate", "replaced conflicting entries"),
     "consolidation.deleted": ("consolidate", "entries retired by a merge or conflict"),
     "consolidation.refused_targets": ("consolidate", "P_con named a target out of range or already retired"),
+    "consolidation.merge_refused_content": ("consolidate", "merged text dropped what the insight or a target "
+                                            "states: stored as new instead"),
+    "consolidation.merge_refused_person": ("consolidate", "merged text names people the insight and targets do "
+                                           "not: stored as new instead"),
     "consolidation.batch_fallback": ("consolidate_batch", "no batched decision: per-insight P_con"),
     "consolidation.": ("consolidate", "consolidation"),
     "summary_fallback": ("summarize", "summary reply lost text: the insights appended instead"),

@@ -2,7 +2,7 @@
 
 ``model="local"`` in :class:`~nemori_dspy.config.NemoriSettings` means: resolve a GGUF file with
 :func:`resolve_gguf`, start ``python -m llama_cpp.server`` on it with :class:`LlamaServer`, and
-point litellm at ``openai/local`` on ``LlamaServer.api_base``.
+point litellm at ``openai/local-<gguf stem>`` (:func:`server_alias`) on ``LlamaServer.api_base``.
 
 Only the standard library and ``httpx`` are imported at module import; ``huggingface_hub`` is
 imported when a download is actually needed.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ __all__ = [
     "default_gguf_name",
     "offline_models_dirs",
     "LlamaServer",
+    "server_alias",
     "HUB_REPOS",
     "OFFLINE_MODELS_ENV",
 ]
@@ -133,6 +135,17 @@ def resolve_gguf(settings: NemoriSettings) -> Path:
 PROMPT_CACHE_BYTES = 512 << 20
 
 
+def server_alias(model_path: str | os.PathLike[str]) -> str:
+    """The model name a server of ``model_path`` answers to: ``local-<GGUF file stem, lower case>``, e.g.
+    ``local-qwen2.5-coder-1.5b-instruct-q4_k_m``.
+
+    DSPy's response cache keys a call by model name and prompt, not by ``api_base``; with one name for every
+    local server, the 1.5B writer replayed the 0.5B's cached reply to the same prompt (and vice versa). A name
+    per GGUF keeps each model's replies apart."""
+    stem = re.sub(r"[^a-z0-9._-]+", "-", Path(model_path).stem.lower()).strip("-")
+    return f"local-{stem}" if stem else "local"
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -168,8 +181,6 @@ class LlamaServer:
         startup_s: seconds from spawn to ready (after :meth:`start`).
     """
 
-    alias = "local"
-
     def __init__(
         self,
         model_path: str | os.PathLike[str],
@@ -184,6 +195,7 @@ class LlamaServer:
         log_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.model_path = Path(model_path)
+        self.alias = server_alias(self.model_path)
         self.port = port or _free_port()
         self.n_ctx, self.n_threads, self.seed, self.flash_attn = n_ctx, n_threads, seed, flash_attn
         self.prompt_cache = prompt_cache
@@ -230,7 +242,7 @@ class LlamaServer:
 
     @property
     def model(self) -> str:
-        """litellm model string for this server: ``openai/local``."""
+        """litellm model string for this server: ``openai/local-<gguf stem>`` (see :func:`server_alias`)."""
         return f"openai/{self.alias}"
 
     @property

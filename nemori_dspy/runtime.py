@@ -1,7 +1,7 @@
 """Entry-point wiring: ``NemoriSettings`` → LMs (litellm via ``dspy.LM``) → ``dspy.configure``.
 
 Config flows one way: build a ``Runtime`` once at the entry point; modules read the configured LM.
-``model="local"`` starts the embedded llama.cpp server and points an ``openai/local`` LM at it.
+``model="local"`` starts the embedded llama.cpp server and points an ``openai/local-<gguf stem>`` LM at it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import pytest
 
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.errors import ConfigError
-from nemori_dspy.local_server import LlamaServer, default_gguf_name, offline_models_dirs, resolve_gguf
+from nemori_dspy.local_server import LlamaServer, default_gguf_name, offline_models_dirs, resolve_gguf, server_alias
 
 
 def test_resolve_gguf_missing_path_names_it(tmp_path):
@@ -57,7 +57,8 @@ def test_server_command_and_flags(tmp_path):
     cmd = srv.command()
     assert cmd[1:3] == ["-m", "llama_cpp.server"]
     assert cmd[cmd.index("--port") + 1] == "12345" and cmd[cmd.index("--n_ctx") + 1] == "4096"
-    assert srv.api_base == "http://127.0.0.1:12345/v1" and srv.model == "openai/local"
+    assert srv.api_base == "http://127.0.0.1:12345/v1" and srv.model == "openai/local-m"
+    assert cmd[cmd.index("--model_alias") + 1] == "local-m"
     assert srv.flags["n_threads"] == 3 and srv.flags["seed"] == 7
     assert cmd[cmd.index("--flash_attn") + 1] == "True"  # the same default as NemoriSettings.flash_attn
     srv.stop()  # never started: no-op
@@ -109,3 +110,12 @@ def test_live_completion():
         assert isinstance(text, str) and text.strip()
         assert r.usage.completion_tokens <= 8
     assert not srv.running
+
+
+def test_each_gguf_gets_its_own_model_name(tmp_path):
+    """DSPy's response cache ignores api_base: two local sizes under one name would replay each other's replies."""
+    small = LlamaServer(tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", port=1)
+    big = LlamaServer(tmp_path / "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", port=2)
+    assert small.model == "openai/local-qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert big.model == "openai/local-qwen2.5-coder-1.5b-instruct-q4_k_m" != small.model
+    assert server_alias("/x/my model!.gguf") == "local-my-model"
