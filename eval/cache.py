@@ -32,7 +32,8 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
                        "summary_max_chars", "consolidation_mode", "narration_mode", "partition_min_messages",
                        "select_inputs", "resolve_relative_dates", "partition_message_chars",
                        "anticipate_without_facts", "consolidate_within_episode", "message_timestamps",
-                       "hold_open_segment", "seed_demos", "association_min_similarity")
+                       "hold_open_segment", "seed_demos", "association_min_similarity",
+                       "distill_chunk_messages")
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
 #: times on facts; 3: τ per embedder, flat management, cost switches, lexical index; 4: verbatim-copy and question
@@ -40,9 +41,10 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: 6: a narrative that copies a chat line is asked again with every message dated; 7: association_min_similarity
 #: guard before P_sel; 8: junk insights and narratives never stored, copied chat lines stored as attributed facts,
 #: a prose list reply read as its sentences; 9: a narrative or cue that only restates a seed demo re-asked, then
-#: the messages quoted, instead of the session left unbuilt),
+#: the messages quoted, instead of the session left unbuilt; 10: narrative polish (restatements dropped,
+#: first-person sentences quoted) and distill_chunk_messages),
 #: so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 9
+MEMORY_FORMAT = 10
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

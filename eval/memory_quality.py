@@ -56,7 +56,7 @@ from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates
 from nemori_dspy.types import Episode, SemanticEntry, StoredMessage
 
-__all__ = ["PAIRS_PATH", "VALIDATED", "COSINE_STRONG", "COSINE_MIN", "RECALL_MIN", "GoldObservation", "FactMatcher",
+__all__ = ["recall_pairs", "PAIRS_PATH", "VALIDATED", "COSINE_STRONG", "COSINE_MIN", "RECALL_MIN", "GoldObservation", "FactMatcher",
            "FactVerdict", "NarrativeVerdict", "ConversationMemoryQuality", "MemoryAudit",
            "MemoryQuality", "terms", "content_recall", "clash", "sentences", "with_adjacent_pairs", "gold_observations", "audit_memory", "aggregate", "memory_table", "validate",
            "load_pairs", "SUPPORT_PAIRS_PATH", "SUPPORT_COSINE_MIN", "SUPPORT_RECALL_MIN", "SUPPORT_VALIDATED",
@@ -898,6 +898,62 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def recall_pairs(a: Sequence[MemoryAudit], b: Sequence[MemoryAudit]) -> dict[str, tuple[list[float], list[float]]]:
+    """Per gold observation, paired over two memories built from the same conversations (same order): whether a
+    live entry states it (``fact_recall``) and whether a narrative states it (``narrative_coverage``, over the
+    observations a narrative of both memories holds). Values are 0/1 lists for :func:`~eval.metrics.paired_compare`.
+
+    Raises:
+        ValueError: the audits are not of the same conversations with the same gold observations."""
+    out: dict[str, tuple[list[float], list[float]]] = {"fact_recall": ([], []), "narrative_coverage": ([], [])}
+    for x, y in zip(a, b, strict=True):
+        if [g.text for g in x.golds] != [g.text for g in y.golds]:
+            raise ValueError(f"{x.metrics.sample_id} vs {y.metrics.sample_id}: not the same gold observations; "
+                             "compare memories of the same conversations and sessions")
+        for audit, side in ((x, 0), (y, 1)):
+            stated = {i for f in audit.facts for i in f.gold}
+            out["fact_recall"][side].extend(float(i in stated) for i in range(len(audit.golds)))
+        located = {i for n in x.narratives for i in n.gold} & {i for n in y.narratives for i in n.gold}
+        for audit, side in ((x, 0), (y, 1)):
+            covered = {i for n in audit.narratives for i in n.covered}
+            out["narrative_coverage"][side].extend(float(i in covered) for i in sorted(located))
+    return out
+
+
+def _audits(db: Path, convs: list[LoCoMoConversation], embedder_name: str | None, system: str
+            ) -> tuple[list[MemoryAudit], FactMatcher, str | None]:
+    from nemori_dspy.store.sqlite import SQLiteStore
+
+    if not db.is_file():
+        raise DatasetError(f"{db}: no such memory file. Fix: pass the .sqlite3 an eval or optimize run built.")
+    recorded = _recorded_embedder(db)
+    matcher = FactMatcher(_embedder(embedder_name or recorded or "all-MiniLM-L6-v2"))
+    store = SQLiteStore(db, index_dir=False)  # reads only: list_episodes / list_semantic, no vector index
+    try:
+        return [audit_memory(store, conv, matcher, system) for conv in convs], matcher, recorded
+    finally:
+        store.close()
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
+    from nemori_dspy.eval.metrics import paired_compare, paired_line
+
+    convs = [slice_sessions(c, parse_sessions(args.sessions))
+             for c in load_locomo(args.data, [s.strip() for s in args.conversations.split(",") if s.strip()])]
+    a, matcher, _ = _audits(Path(args.db), convs, args.embedder, "A")
+    b, _, _ = _audits(Path(args.vs), convs, args.embedder, "B")
+    qa = MemoryQuality(system="A", conversations=[x.metrics for x in a], aggregate=aggregate([x.metrics for x in a], "A"),
+                       matcher=matcher.info())
+    qb = MemoryQuality(system="B", conversations=[x.metrics for x in b], aggregate=aggregate([x.metrics for x in b], "B"))
+    print(f"A = {args.db}\nB = {args.vs}\n({_caption(qa.matcher)})")
+    print(memory_table([qa, qb]))
+    print("Paired over the same gold observations (×100; paired bootstrap 95% CI; B wins / A wins, exact McNemar p):")
+    for name, (xa, xb) in recall_pairs(a, b).items():
+        print("  " + paired_line(name, paired_compare(xa, xb, binary=True)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``validate [--pairs P] [--embedder E]`` or ``inspect --db DB --data JSON --conversations IDS
     [--sessions A-B]``; returns the exit code (2 on a data error, with its message on stderr)."""
@@ -916,9 +972,18 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--sessions", default=None, help="the slice it was built on, e.g. 1-3")
     i.add_argument("--embedder", default=None, help="matcher embedder (default: the store's, else MiniLM)")
     i.add_argument("--system", default="nemori", help="label of the memory in the table")
+    c = sub.add_parser("compare", help="two memories of the same conversations: their tables and the paired "
+                                       "difference in fact recall and narrative coverage")
+    c.add_argument("--db", required=True, help="memory A's SQLite file")
+    c.add_argument("--vs", required=True, help="memory B's SQLite file")
+    c.add_argument("--data", required=True, help="the LoCoMo JSON both were built from")
+    c.add_argument("--conversations", required=True, help="sample ids, comma-separated (e.g. conv-26)")
+    c.add_argument("--sessions", default=None, help="the slice both were built on, e.g. 1-3")
+    c.add_argument("--embedder", default=None, help="matcher embedder (default: A's store's, else MiniLM)")
     args = parser.parse_args(argv)
+    commands = {"validate": _cmd_validate, "inspect": _cmd_inspect, "compare": _cmd_compare}
     try:
-        return _cmd_validate(args) if args.command == "validate" else _cmd_inspect(args)
+        return commands[args.command](args)
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, peopl
                              source_lines)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
+from ..recording import stage_meta
 from ..temporal import strip_relative_notes
 from ..types import Episode, SemanticEntry, StoredMessage, span_union
 from ..usage import tally
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..config import NemoriSettings
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
-           "predict_episode", "dated_cue", "clean_insights", "human_messages"]
+           "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks"]
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,20 @@ def human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
     return out
 
 
+def distill_chunks(messages: list[StoredMessage], chunk_messages: int | None) -> list[list[StoredMessage]]:
+    """``messages`` cut into consecutive runs of at most ``chunk_messages``, as even as possible (23 messages at 8
+    → 8, 8, 7); None, or no more messages than that, → one run (the paper: one P_dis call per episode, §3.3.2).
+
+    A 1.5B distiller writes about six facts per call however long the episode, so a 20-message session yields a
+    quarter of its gold observations in one call (``distill_chunk_messages``)."""
+    n = len(messages)
+    if chunk_messages is None or n <= chunk_messages:
+        return [list(messages)]
+    k = -(-n // chunk_messages)
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [list(messages[bounds[i]:bounds[i + 1]]) for i in range(k)]
+
+
 def dated_cue(episode: Episode) -> str:
     """P_ant's ``episode_cue``: ``(YYYY-MM-DD) cue`` of the episode's first message."""
     return f"({episode.start:%Y-%m-%d}) {episode.cue}"
@@ -255,15 +270,28 @@ class SemanticDistillation(dspy.Module):
         if not content:
             tally("distill_skipped_noise_only")
             return [], []
-        msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
-                               s.message_timestamps)
-        if self.res.settings.distillation == "direct":
-            return clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs, content), []
+        if s.distillation == "direct":
+            return self._per_chunk(content, lambda msgs: self.direct_distill(episode_messages=msgs)), []
         evoked = self.evoke(user_id, episode)
-        predicted = predict_episode(self.anticipate, self.res.settings, dated_cue(episode),
-                                    [render_fact(e) for e in evoked])
-        found = self.distill(episode_messages=msgs, predicted_episode=predicted).insights
-        return clean_insights(found, msgs, content), [e.text for e in evoked]
+        predicted = predict_episode(self.anticipate, s, dated_cue(episode), [render_fact(e) for e in evoked])
+        found = self._per_chunk(content, lambda msgs: self.distill(episode_messages=msgs, predicted_episode=predicted))
+        return found, [e.text for e in evoked]
+
+    def _per_chunk(self, content: list[StoredMessage], call: Callable[[str], dspy.Prediction]) -> list[str]:
+        """``call`` (P_dis or the direct distiller) on each run of ``distill_chunks`` over ``content``; the
+        cleaned insights of every run in order, a sentence already found in an earlier run kept once."""
+        s = self.res.settings
+        chunks = distill_chunks(content, s.distill_chunk_messages)
+        if len(chunks) > 1:
+            tally("distill_chunks", len(chunks))
+        found: list[str] = []
+        for chunk in chunks:
+            msgs = render_messages(chunk, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
+                                   s.message_timestamps)
+            with stage_meta(message_ids=[m.id for m in chunk]):
+                found.extend(clean_insights(call(msgs).insights, msgs, chunk))
+        seen: set[str] = set()
+        return [f for f in found if not (normalise_fact(f) in seen or seen.add(normalise_fact(f)))]
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
         """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with

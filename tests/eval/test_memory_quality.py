@@ -296,3 +296,32 @@ def test_an_attributed_quote_is_no_copy_and_counts_as_support(tmp_path, session1
     assert verdict.attributed and not verdict.copy_of_message and verdict.counts_as_support
     assert audit.metrics.attributed == 1 and audit.metrics.copies == 1  # the bare copy is still a copy
     store.close()
+
+
+def test_recall_pairs_line_up_the_same_gold_observations_of_two_memories(tmp_path, session1):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    store_a, store_b = _store(a_dir, session1), _store(b_dir, session1)
+    store_b.commit_distillation(USER, "ep1", [], ["ep0-0"])  # B lost the boat fact
+    a = [mq.audit_memory(store_a, session1, _matcher(), support=_support())]
+    b = [mq.audit_memory(store_b, session1, _matcher(), support=_support())]
+    pairs = mq.recall_pairs(a, b)
+    xa, xb = pairs["fact_recall"]
+    assert len(xa) == len(xb) == 9 and sum(xa) == 2 and sum(xb) == 1
+    boat = {f.text: f.gold for f in a[0].facts}["Elias built his first boat, a small rowing boat, in 2019."]
+    assert [i for i in range(9) if xa[i] and not xb[i]] == boat
+    assert pairs["narrative_coverage"][0] == pairs["narrative_coverage"][1]
+    other = session1.model_copy(update={"observations": []})
+    with pytest.raises(ValueError, match="same gold observations"):
+        mq.recall_pairs(a, [mq.audit_memory(store_b, other, _matcher(), support=_support())])
+    store_a.close(), store_b.close()
+
+
+def test_compare_prints_both_tables_and_the_paired_difference(tmp_path, session1, capsys):
+    (tmp_path / "b").mkdir()
+    _store(tmp_path, session1).close()
+    _store(tmp_path / "b", session1).close()
+    code = mq.main(["compare", "--db", str(tmp_path / "m.sqlite3"), "--vs", str(tmp_path / "b" / "m.sqlite3"),
+                    "--data", str(SYNTHETIC_MINI), "--conversations", USER, "--sessions", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "fact_recall: B−A +0.0" in out and "n=9" in out and "narrative_coverage" in out

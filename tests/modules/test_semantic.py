@@ -743,3 +743,58 @@ def test_a_seed_demo_fact_the_episode_never_said_is_dropped_with_its_reason():
                               "[2023-09-15 10:00]\nSam: I cycle to work every day now.\nEvan: Nice!")
     assert kept == ["Sam cycles to work every day."]
     assert ledger.counters.get("insights_dropped.demo_echo") == 1
+
+
+# --- distill_chunk_messages: P_dis on runs of an episode's messages
+
+def _msgs(n: int) -> list[StoredMessage]:
+    ts = datetime(2023, 5, 8, 13, 0)
+    return [StoredMessage(user_id="u", id=f"D1:{i}", seq=i, speaker="Caroline" if i % 2 else "Melanie",
+                          content=f"Message number {i} about topic {i}.", timestamp=ts) for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("n, size, lengths", [(23, 8, [8, 7, 8]), (16, 8, [8, 8]), (8, 8, [8]), (5, None, [5]),
+                                              (9, 8, [4, 5])])
+def test_distill_chunks_are_consecutive_even_runs_of_at_most_the_size(n, size, lengths):
+    from nemori_dspy.modules.semantic import distill_chunks
+
+    chunks = distill_chunks(_msgs(n), size)
+    assert [len(c) for c in chunks] == lengths
+    assert [m.id for c in chunks for m in c] == [m.id for m in _msgs(n)]
+
+
+def test_chunked_distillation_calls_p_dis_per_run_against_one_prediction(tmp_path, ledger):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    msgs = _msgs(10)
+    ep = _episode(unit_vector(0)).model_copy(update={"messages": msgs, "message_ids": [m.id for m in msgs]})
+    responders = default_responders()
+    # each run's P_dis reply names the first message it saw; both runs also repeat one fact, kept once
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=[
+        f"Caroline spoke about topic {i['episode_messages'].split('topic ')[1].split('.')[0]} on 8 May 2023.",
+        "Melanie has two children."])
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = _module(store, TableEmbedder({}), None, distill_chunk_messages=5, anticipate_without_facts=True)(
+            user_id="u", episode=ep)
+    dis = [inp for name, inp in lm.prompts if name == "DistillPredictionError"]
+    assert len(dis) == 2 and "topic 1." in dis[0]["episode_messages"] and "topic 6." in dis[1]["episode_messages"]
+    assert "topic 6." not in dis[0]["episode_messages"] and "topic 5." not in dis[1]["episode_messages"]
+    assert dis[0]["predicted_episode"] == dis[1]["predicted_episode"]
+    assert [n for n, _ in lm.prompts].count("AnticipateEpisode") == 1
+    assert pred.insights == ["Caroline spoke about topic 1 on 8 May 2023.", "Melanie has two children.",
+                             "Caroline spoke about topic 6 on 8 May 2023."]
+    assert ledger.counters["distill_chunks"] == 2
+
+
+def test_without_chunking_p_dis_sees_the_whole_episode_once(tmp_path):
+    """distill_chunk_messages=None is the paper's one P_dis call per episode (§3.3.2)."""
+    store = SQLiteStore(tmp_path / "m.db")
+    store.check_embedder("table-3", 3)
+    msgs = _msgs(10)
+    ep = _episode(unit_vector(0)).model_copy(update={"messages": msgs, "message_ids": [m.id for m in msgs]})
+    lm = ScriptedLM(default_responders())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        _module(store, TableEmbedder({}), None, distill_chunk_messages=None)(user_id="u", episode=ep)
+    dis = [inp for name, inp in lm.prompts if name == "DistillPredictionError"]
+    assert len(dis) == 1 and "topic 1." in dis[0]["episode_messages"] and "topic 10." in dis[0]["episode_messages"]
