@@ -84,6 +84,10 @@ GUARDS: dict[str, tuple[str, str]] = {
     "consolidation.refused_targets": ("consolidate", "P_con named a target out of range or already retired"),
     "consolidation.merge_refused_content": ("consolidate", "merged text dropped what the insight or a target "
                                             "states: stored as new instead"),
+    "consolidation.merge_refused_quote": ("consolidate", "merged text changed a quoted passage: stored as new "
+                                          "instead"),
+    "consolidation.merge_refused_glued": ("consolidate", "merged text only strung its sources together: stored "
+                                          "as new instead"),
     "consolidation.merge_refused_person": ("consolidate", "merged text names people the insight and targets do "
                                            "not: stored as new instead"),
     "consolidation.batch_fallback": ("consolidate_batch", "no batched decision: per-insight P_con"),

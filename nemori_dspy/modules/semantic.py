@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import re
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from ..config import NemoriSettings
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
-           "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks"]
+           "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks",
+           "keeps_quotes", "glued", "GLUE_RATIO"]
 
 log = logging.getLogger(__name__)
 
@@ -444,6 +446,15 @@ class SemanticDistillation(dspy.Module):
             tally("consolidation.merge_refused_content")
             log.info("merge refused: %r drops what %r or its targets state", merged, new_entry.text)
             action = "new"
+        sources = [new_entry.text, *(t.text for t in targets)]
+        if action == "merge" and targets and merged and not keeps_quotes(merged, sources):
+            tally("consolidation.merge_refused_quote")
+            log.info("merge refused: %r changes a quoted passage of %r", merged, sources)
+            action = "new"
+        if action == "merge" and targets and merged and glued(merged, sources):
+            tally("consolidation.merge_refused_glued")
+            log.info("merge refused: %r only strings together %r", merged, sources)
+            action = "new"
         if action == "merge" and targets and merged:
             replacement = self._merged(user_id, episode, merged, targets)
         elif action == "conflict" and targets:
@@ -524,6 +535,34 @@ def keeps_content(merged: str, sources: list[str]) -> bool:
     words kept): P_con's merge must keep every detail of both (§3.3.3), so such a merge is stored as new."""
     merged_words = _content(merged)
     return all(not (w := _content(src)) or len(w & merged_words) >= MERGE_KEEP * len(w) for src in sources)
+
+
+_QUOTED = re.compile(r"“([^”]+)”")
+_PARTS = re.compile(r"(?<=[.!?”])\s+(?=[A-Z“])|;\s+")
+#: difflib ratio at which a part of a merged statement is one of its sources restated (``glued``).
+GLUE_RATIO = 0.8
+
+
+def _squash(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9']+", text.casefold()))
+
+
+def keeps_quotes(merged: str, sources: list[str]) -> bool:
+    """True if every “quoted passage” of ``merged`` is word for word (case, spaces and punctuation aside) inside a
+    source. Seen with the 1.5B model: a merge rewrote Melanie's quoted "going camping next month" as "… in June
+    2023" and added "fun": an attributed quote must stay its speaker's words."""
+    said = [_squash(src) for src in sources]
+    return all(any(_squash(q) in src for src in said) for q in _QUOTED.findall(merged))
+
+
+def glued(merged: str, sources: list[str]) -> bool:
+    """True if ``merged`` only strings its sources together: it splits (at sentence ends and semicolons) into two or
+    more parts and every part restates one source (difflib ratio ≥ ``GLUE_RATIO``, or a source holds it word for
+    word). Such a "merge" unifies nothing (P_con's merge is one statement, §3.3.3); the facts stay apart."""
+    parts = [p for p in (_squash(x) for x in _PARTS.split(merged)) if p]
+    said = [_squash(src) for src in sources]
+    return len(parts) >= 2 and all(
+        any(p in src or difflib.SequenceMatcher(None, p, src).ratio() >= GLUE_RATIO for src in said) for p in parts)
 
 
 def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:

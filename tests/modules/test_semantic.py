@@ -798,3 +798,43 @@ def test_without_chunking_p_dis_sees_the_whole_episode_once(tmp_path):
         _module(store, TableEmbedder({}), None, distill_chunk_messages=None)(user_id="u", episode=ep)
     dis = [inp for name, inp in lm.prompts if name == "DistillPredictionError"]
     assert len(dis) == 1 and "topic 1." in dis[0]["episode_messages"] and "topic 10." in dis[0]["episode_messages"]
+
+
+def test_a_merge_that_only_strings_its_sources_together_is_stored_as_new(tmp_path, ledger):
+    """Seen with the 1.5B model: 'Caroline went to a support group …; she is excited about creating a family …'."""
+    lm, live = _person_run(tmp_path, chat_reply(
+        action="merge", targets=[1], merged_text="Caroline went to an LGBTQ support group on 7 May 2023; "
+                                                 "Caroline is excited about creating a family."),
+        {"Caroline is excited about creating a family.": unit_vector(8)})
+    assert live == {"Caroline is excited about creating a family.",
+                    "Caroline went to an LGBTQ support group on 7 May 2023."}
+    assert ledger.counters["consolidation.merge_refused_glued"] == 1
+
+
+def test_glued_tells_a_concatenation_from_a_merged_statement():
+    from nemori_dspy.modules.semantic import glued
+
+    sources = ["(2022-05-02) Priya's pottery class meets on Thursday evenings.",
+               "Priya is starting a pottery class in April 2022."]
+    assert not glued("Priya started a pottery class in April 2022; it meets on Thursday evenings.", sources)
+    assert not glued("Priya's pottery class, started in April 2022, meets on Thursday evenings.", sources)
+    assert glued("Priya is starting a pottery class in April 2022. Priya's pottery class meets on Thursday "
+                 "evenings.", sources)
+
+
+def test_a_merge_that_rewrites_a_quoted_passage_is_stored_as_new(tmp_path, ledger):
+    quote = "Caroline said on 2023-05-08: “We're thinking about going camping next month.”"
+    lm, live = _person_run(tmp_path, chat_reply(
+        action="merge", targets=[1], merged_text="Caroline went to an LGBTQ support group on 7 May 2023 and said: "
+                                                 "“We're thinking about going fun camping in June 2023.”"),
+        {quote: unit_vector(8)})
+    assert quote in live and ledger.counters["consolidation.merge_refused_quote"] == 1
+
+
+def test_keeps_quotes_ignores_case_spacing_and_punctuation():
+    from nemori_dspy.modules.semantic import keeps_quotes
+
+    src = ["Sam said on 2023-09-15: “I quit the bakery, finally!”"]
+    assert keeps_quotes("Sam quit his job; he said: “i quit the bakery finally”.", src)
+    assert not keeps_quotes("Sam said: “I quit the bakery in September 2023.”", src)
+    assert keeps_quotes("Sam quit the bakery.", src)
