@@ -100,7 +100,8 @@ WINDOW_SIZE = 40
 #: however long the episode, and with one episode per LoCoMo session (~19 messages) its facts stated a quarter
 #: of the session's gold observations. On runs of at most 8 messages, against the same P_ant prediction, fact
 #: recall on conv-26 and conv-30 sessions 1-3 went 25.5 → 37.3 (paired over 51 gold observations, +11.8
-#: [−3.9, +27.5]) for 23 s more distillation per 116 turns (docs/decisions.md).
+#: [−3.9, +27.5]); held out (conv-41, conv-43) 27.7 → 38.3, +10.6 [−4.3, +25.5]; pooled over 98 observations +11.2
+#: [+0.0, +21.4], for ~1-3 min more construction per 120 turns (more P_dis and P_con calls; docs/decisions.md).
 DISTILL_CHUNK_MESSAGES = 8
 
 #: τ of the paper, tuned for text-embedding-3-small (§4.1); the default for embedders without a measured τ.
