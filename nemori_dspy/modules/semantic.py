@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks",
-           "keeps_quotes", "glued", "GLUE_RATIO"]
+           "keeps_quotes", "glued", "GLUE_RATIO", "no_subject", "first_name"]
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,9 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
        statement crediting one speaker with what another said of themselves gets the right name
        (``insight_rules.reattribute``), ``insights_reattributed``;
     4. a fact with no predicate (``junk.is_fragment``: ``"reading"``, ``"but when I look after myself"``) →
-       ``insights_dropped.fragment``.
+       ``insights_dropped.fragment``;
+    5. with messages, a fact opening with a bare pronoun that names no speaker (``no_subject``: "They share
+       stories and advice.") → ``insights_dropped.no_subject``.
 
     A third-person fact restating a message (``"Caroline went to an LGBTQ support group on 7 May 2023."``) is kept
     as it is.
@@ -173,7 +175,26 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
         return None, outcome
     if outcome in ("kept", "reattributed") and is_fragment(fact):
         return None, "fragment"
+    if outcome == "kept" and lines and no_subject(fact, {first_name(line[0]) for line in lines}):
+        return None, "no_subject"
     return fact, None if outcome == "kept" else outcome
+
+
+#: Opening words of a sentence that leans on one before it for its subject.
+_BARE_PRONOUNS = frozenset({"they", "he", "she", "it", "we", "both", "this", "that", "these", "those"})
+
+
+def first_name(speaker: str) -> str:
+    """``speaker``'s first word, case-folded (``"Caroline Smith"`` → ``"caroline"``)."""
+    return (speaker.split() or [""])[0].casefold()
+
+
+def no_subject(fact: str, speakers: set[str]) -> bool:
+    """True if ``fact`` opens with a bare pronoun ("They share stories, advice and encouragement.") and names no
+    speaker: it is not self-contained (P_dis: "one self-contained sentence naming the person", §3.3.2), and read
+    alone later nobody knows who it is about. Seen with the 1.5B distiller on runs of small talk."""
+    words = re.findall(r"[\w'’]+", fact)
+    return bool(words) and words[0].casefold() in _BARE_PRONOUNS and not people_named(fact, speakers)
 
 
 def human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:

@@ -838,3 +838,15 @@ def test_keeps_quotes_ignores_case_spacing_and_punctuation():
     assert keeps_quotes("Sam quit his job; he said: “i quit the bakery finally”.", src)
     assert not keeps_quotes("Sam said: “I quit the bakery in September 2023.”", src)
     assert keeps_quotes("Sam quit the bakery.", src)
+
+
+def test_an_insight_that_names_nobody_and_opens_with_a_pronoun_is_dropped(ledger):
+    from nemori_dspy.modules.semantic import clean_insights
+
+    msgs = _msgs(4)
+    kept = clean_insights(["They share stories, advice and encouragement from the group.",
+                           "She said the group meets weekly.",  # names nobody: dropped
+                           "They told Caroline the group meets weekly.",  # names a speaker: kept
+                           "Melanie has two children."], source=msgs)
+    assert kept == ["They told Caroline the group meets weekly.", "Melanie has two children."]
+    assert ledger.counters["insights_dropped.no_subject"] == 2
