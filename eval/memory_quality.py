@@ -870,23 +870,18 @@ def _print_audit(audit: MemoryAudit) -> None:
         print(f"  - {f.text}\n      {flags}" + "".join(f"\n      = gold: {audit.golds[i].text}" for i in f.gold))
 
 
-def _cmd_inspect(args: argparse.Namespace) -> int:
+def _conversations(args: argparse.Namespace) -> list[LoCoMoConversation]:
+    """The ``--conversations`` of ``--data``, cut to ``--sessions``."""
     from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
-    from nemori_dspy.store.sqlite import SQLiteStore
 
+    return [slice_sessions(c, parse_sessions(args.sessions))
+            for c in load_locomo(args.data, [s.strip() for s in args.conversations.split(",") if s.strip()])]
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
     db = Path(args.db)
-    if not db.is_file():
-        raise DatasetError(f"{db}: no such memory file. Fix: pass the .sqlite3 an eval or optimize run built.")
-    recorded = _recorded_embedder(db)
-    embedder = _embedder(args.embedder or recorded or "all-MiniLM-L6-v2")
-    convs = [slice_sessions(c, parse_sessions(args.sessions))
-             for c in load_locomo(args.data, [s.strip() for s in args.conversations.split(",") if s.strip()])]
-    store = SQLiteStore(db, index_dir=False)  # reads only: list_episodes / list_semantic, no vector index
-    try:
-        matcher = FactMatcher(embedder)
-        audits = [audit_memory(store, conv, matcher, args.system) for conv in convs]
-    finally:
-        store.close()
+    convs = _conversations(args)
+    audits, matcher, recorded = _audits(db, convs, args.embedder, args.system)
     rows = [a.metrics for a in audits]
     q = MemoryQuality(system=args.system, conversations=rows, aggregate=aggregate(rows, args.system),
                       matcher=matcher.info())
@@ -936,11 +931,9 @@ def _audits(db: Path, convs: list[LoCoMoConversation], embedder_name: str | None
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from nemori_dspy.eval.locomo import load_locomo, parse_sessions, slice_sessions
     from nemori_dspy.eval.metrics import paired_compare, paired_line
 
-    convs = [slice_sessions(c, parse_sessions(args.sessions))
-             for c in load_locomo(args.data, [s.strip() for s in args.conversations.split(",") if s.strip()])]
+    convs = _conversations(args)
     a, matcher, _ = _audits(Path(args.db), convs, args.embedder, "A")
     b, _, _ = _audits(Path(args.vs), convs, args.embedder, "B")
     qa = MemoryQuality(system="A", conversations=[x.metrics for x in a], aggregate=aggregate([x.metrics for x in a], "A"),

@@ -42,7 +42,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
-           "quote_first_person", "strip_address", "copied_passage"]
+           "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -61,7 +61,8 @@ def message_lines(rendered: str) -> list[tuple[str, str]]:
     return [(m.group(1).strip(), m.group(2)) for m in map(_LINE.match, rendered.splitlines()) if m]
 
 
-def _key(text: str) -> str:
+def word_key(text: str) -> str:
+    """``text``'s words, case-folded, joined by single spaces (case, spacing and punctuation aside)."""
     return " ".join(_WORDS.findall(text.casefold()))
 
 
@@ -104,12 +105,12 @@ def _names(key: str, speakers: set[str]) -> int:
 def is_verbatim_copy(insight: str, messages: list[tuple[str, str]]) -> bool:
     """True if ``insight`` matches a message's content (``messages``: (speaker, content) pairs) with a ``difflib``
     ratio ≥ ``COPY_RATIO`` and names no speaker (first names, case-insensitive) more often than that message does."""
-    key = _key(insight)
+    key = word_key(insight)
     if not key:
         return False
-    speakers = {w for speaker, _ in messages for w in _key(speaker).split()}
+    speakers = {w for speaker, _ in messages for w in word_key(speaker).split()}
     for _, content in messages:
-        other = _key(content)
+        other = word_key(content)
         if not other or 2 * min(len(key), len(other)) < COPY_RATIO * (len(key) + len(other)):
             continue  # the ratio cannot reach COPY_RATIO: lengths too different
         m = difflib.SequenceMatcher(None, key, other, autojunk=False)
@@ -206,7 +207,7 @@ def source_lines(messages: "Sequence[StoredMessage]") -> list[SourceLine]:
 def content_words(text: str, speakers: set[str]) -> list[str]:
     """Words of ``text`` (case-folded) that are not in ``SOCIAL_WORDS``, not a speaker's (first) name and not
     one letter."""
-    names = {w for s in speakers for w in _key(s).split()}
+    names = {w for s in speakers for w in word_key(s).split()}
     return [w for w in _lower_words(text)
             if len(w) > 1 and w not in SOCIAL_WORDS and w not in names and not w.isdigit()]
 
@@ -269,17 +270,17 @@ def _match(text: str, lines: list[SourceLine], speaker: str | None, floor: float
     against ``_passages`` of each line (only ``speaker``'s lines when given; a passage containing ``text`` counts
     as 1.0 then), naming no speaker the passage does not; on a tie the shorter passage, then the earlier line, wins.
     None if none reaches ``floor``."""
-    key = _key(text)
+    key = word_key(text)
     if not key:
         return None
-    names = {w for who, _, _ in lines for w in _key(who).split()}
+    names = {w for who, _, _ in lines for w in word_key(who).split()}
     best: tuple[SourceLine, str] | None = None
     best_ratio = 0.0
     for line in lines:
         if speaker is not None and line[0].casefold() != speaker.casefold():
             continue
         for passage in _passages(line[1]):
-            other = _key(passage)
+            other = word_key(passage)
             r = 1.0 if speaker is not None and key in other else _ratio(key, other)
             shorter = best is not None and r == best_ratio and len(passage) < len(best[1])
             if (r > best_ratio or shorter) and r >= floor and _names(key, names) <= _names(other, names):
@@ -391,6 +392,18 @@ def _stem(word: str) -> str:
 def _first_names(lines: list[SourceLine]) -> dict[str, str]:
     """Case-folded first name → the speaker's first name as written, for every speaker of ``lines``."""
     return {who.split()[0].casefold(): who.split()[0] for who, _, _ in lines if who.strip()}
+
+
+#: Opening words of a sentence that leans on one before it for its subject.
+_BARE_PRONOUNS = frozenset({"they", "he", "she", "it", "we", "both", "this", "that", "these", "those"})
+
+
+def no_subject(fact: str, lines: list[SourceLine]) -> bool:
+    """True if ``fact`` opens with a bare pronoun ("They share stories, advice and encouragement.") and names none
+    of the speakers of ``lines``: it is not self-contained (P_dis: "one self-contained sentence naming the person",
+    §3.3.2), and read alone later nobody knows who it is about. Seen with the 1.5B distiller on runs of small talk."""
+    words = re.findall(r"[\w'’]+", fact)
+    return bool(words) and words[0].casefold() in _BARE_PRONOUNS and not people_named(fact, set(_first_names(lines)))
 
 
 def people_named(text: str, speakers: set[str]) -> set[str]:

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, people_named, rule_insight,
-                             source_lines)
+from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, no_subject, people_named, rule_insight,
+                             source_lines, word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..recording import stage_meta
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks",
-           "keeps_quotes", "glued", "GLUE_RATIO", "no_subject", "first_name"]
+           "keeps_quotes", "glued", "GLUE_RATIO", "merge_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -175,26 +175,9 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
         return None, outcome
     if outcome in ("kept", "reattributed") and is_fragment(fact):
         return None, "fragment"
-    if outcome == "kept" and lines and no_subject(fact, {first_name(line[0]) for line in lines}):
+    if outcome == "kept" and lines and no_subject(fact, lines):
         return None, "no_subject"
     return fact, None if outcome == "kept" else outcome
-
-
-#: Opening words of a sentence that leans on one before it for its subject.
-_BARE_PRONOUNS = frozenset({"they", "he", "she", "it", "we", "both", "this", "that", "these", "those"})
-
-
-def first_name(speaker: str) -> str:
-    """``speaker``'s first word, case-folded (``"Caroline Smith"`` → ``"caroline"``)."""
-    return (speaker.split() or [""])[0].casefold()
-
-
-def no_subject(fact: str, speakers: set[str]) -> bool:
-    """True if ``fact`` opens with a bare pronoun ("They share stories, advice and encouragement.") and names no
-    speaker: it is not self-contained (P_dis: "one self-contained sentence naming the person", §3.3.2), and read
-    alone later nobody knows who it is about. Seen with the 1.5B distiller on runs of small talk."""
-    words = re.findall(r"[\w'’]+", fact)
-    return bool(words) and words[0].casefold() in _BARE_PRONOUNS and not people_named(fact, speakers)
 
 
 def human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
@@ -313,8 +296,10 @@ class SemanticDistillation(dspy.Module):
                                    s.message_timestamps)
             with stage_meta(message_ids=[m.id for m in chunk]):
                 found.extend(clean_insights(call(msgs).insights, msgs, chunk))
-        seen: set[str] = set()
-        return [f for f in found if not (normalise_fact(f) in seen or seen.add(normalise_fact(f)))]
+        first: dict[str, str] = {}
+        for f in found:
+            first.setdefault(normalise_fact(f), f)
+        return list(first.values())
 
     def _candidates(self, user_id: str, vec: list[float], plan: Consolidation) -> list[tuple[SemanticEntry, float]]:
         """Top-K_m similar live entries (stored ones not deleted, plus this episode's pending inserts) with
@@ -457,25 +442,12 @@ class SemanticDistillation(dspy.Module):
         if len(targets) < len(numbers) and action in ("merge", "conflict"):
             tally("consolidation.refused_targets", len(numbers) - len(targets))
         merged = strip_fact_date(str(raw_merged or "")).strip()
-        if action == "merge" and targets and merged and not _keeps_people(merged, new_entry.text, targets,
-                                                                           _speakers(episode)):
-            tally("consolidation.merge_refused_person")
-            log.info("merge refused: %r names other people than %r and its targets", merged, new_entry.text)
-            action = "new"
-        if action == "merge" and targets and merged and not keeps_content(merged, [new_entry.text,
-                                                                                   *(t.text for t in targets)]):
-            tally("consolidation.merge_refused_content")
-            log.info("merge refused: %r drops what %r or its targets state", merged, new_entry.text)
-            action = "new"
-        sources = [new_entry.text, *(t.text for t in targets)]
-        if action == "merge" and targets and merged and not keeps_quotes(merged, sources):
-            tally("consolidation.merge_refused_quote")
-            log.info("merge refused: %r changes a quoted passage of %r", merged, sources)
-            action = "new"
-        if action == "merge" and targets and merged and glued(merged, sources):
-            tally("consolidation.merge_refused_glued")
-            log.info("merge refused: %r only strings together %r", merged, sources)
-            action = "new"
+        if action == "merge" and targets and merged:
+            refused = merge_refusal(merged, new_entry.text, targets, _speakers(episode))
+            if refused is not None:
+                tally(f"consolidation.merge_refused_{refused}")
+                log.info("merge refused (%s): %r from %r and its targets", refused, merged, new_entry.text)
+                action = "new"
         if action == "merge" and targets and merged:
             replacement = self._merged(user_id, episode, merged, targets)
         elif action == "conflict" and targets:
@@ -564,26 +536,35 @@ _PARTS = re.compile(r"(?<=[.!?”])\s+(?=[A-Z“])|;\s+")
 GLUE_RATIO = 0.8
 
 
-def _squash(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9']+", text.casefold()))
-
-
 def keeps_quotes(merged: str, sources: list[str]) -> bool:
     """True if every “quoted passage” of ``merged`` is word for word (case, spaces and punctuation aside) inside a
     source. Seen with the 1.5B model: a merge rewrote Melanie's quoted "going camping next month" as "… in June
     2023" and added "fun": an attributed quote must stay its speaker's words."""
-    said = [_squash(src) for src in sources]
-    return all(any(_squash(q) in src for src in said) for q in _QUOTED.findall(merged))
+    said = [word_key(src) for src in sources]
+    return all(any(word_key(q) in src for src in said) for q in _QUOTED.findall(merged))
 
 
 def glued(merged: str, sources: list[str]) -> bool:
     """True if ``merged`` only strings its sources together: it splits (at sentence ends and semicolons) into two or
     more parts and every part restates one source (difflib ratio ≥ ``GLUE_RATIO``, or a source holds it word for
     word). Such a "merge" unifies nothing (P_con's merge is one statement, §3.3.3); the facts stay apart."""
-    parts = [p for p in (_squash(x) for x in _PARTS.split(merged)) if p]
-    said = [_squash(src) for src in sources]
+    parts = [p for p in (word_key(x) for x in _PARTS.split(merged)) if p]
+    said = [word_key(src) for src in sources]
     return len(parts) >= 2 and all(
         any(p in src or difflib.SequenceMatcher(None, p, src).ratio() >= GLUE_RATIO for src in said) for p in parts)
+
+
+def merge_refusal(merged: str, insight: str, targets: list[SemanticEntry], speakers: set[str]) -> str | None:
+    """Why a P_con merge of ``insight`` into ``targets`` as ``merged`` is refused (stored as new instead), or None:
+    ``person`` (names other people, ``_keeps_people``), ``content`` (drops what a source states, ``keeps_content``),
+    ``quote`` (changes a quoted passage, ``keeps_quotes``), ``glued`` (only strings its sources together, ``glued``);
+    the first that applies, in that order."""
+    sources = [insight, *(t.text for t in targets)]
+    checks = (("person", lambda: not _keeps_people(merged, insight, targets, speakers)),
+              ("content", lambda: not keeps_content(merged, sources)),
+              ("quote", lambda: not keeps_quotes(merged, sources)),
+              ("glued", lambda: glued(merged, sources)))
+    return next((why for why, fails in checks if fails()), None)
 
 
 def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:
