@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks",
-           "keeps_quotes", "glued", "GLUE_RATIO", "merge_refusal"]
+           "keeps_quotes", "glued", "GLUE_RATIO", "merge_refusal", "batch_decisions"]
 
 log = logging.getLogger(__name__)
 
@@ -387,23 +387,9 @@ class SemanticDistillation(dspy.Module):
 
     def _batch_decisions(self, asked: list[tuple[str, SemanticEntry, list[tuple[SemanticEntry, float]]]]
                          ) -> dict[int, dict]:
-        """Insight number → decision (``action``, ``targets``, ``merged_text``) from one batched call; {} if it
-        failed. A second decision for one insight, or one for a number not asked about, is ignored."""
-        items = [(render_fact(new), [render_fact(e) for e, _ in cands]) for _, new, cands in asked]
-        try:
-            reply = self.consolidate_batch(insights_with_entries=render_insight_candidates(items),
-                                           insight_count=len(items)).decisions
-        except LLMError as exc:
-            log.info("batched consolidation failed, consolidating insight by insight: %s", exc)
-            return {}
-        out: dict[int, dict] = {}
-        for d in reply if isinstance(reply, list) else []:
-            d = d.model_dump() if hasattr(d, "model_dump") else d
-            q = _ints(d.get("insight") if isinstance(d, dict) else None)
-            if q and 1 <= q[0] <= len(items) and q[0] not in out:
-                out[q[0]] = {"action": d.get("action"), "targets": d.get("targets") or [],
-                             "merged_text": d.get("merged_text") or ""}
-        return out
+        """``batch_decisions`` for the pending insights ``asked``, shown with their event dates (``render_fact``)."""
+        return batch_decisions(self.consolidate_batch,
+                               [(render_fact(new), [render_fact(e) for e, _ in cands]) for _, new, cands in asked])
 
     def _prepare(self, user_id: str, episode: Episode, insight: str, plan: Consolidation
                  ) -> tuple[SemanticEntry, list[tuple[SemanticEntry, float]]] | None:
@@ -480,6 +466,27 @@ class SemanticDistillation(dspy.Module):
                 self.apply(user_id, episode, insight, plan)
         tally("insights", len(found))
         return dspy.Prediction(inserts=plan.inserts, deletes=plan.deletes, insights=found, evoked=evoked)
+
+
+def batch_decisions(predictor: Callable[..., dspy.Prediction], items: list[tuple[str, list[str]]]) -> dict[int, dict]:
+    """One batched P_con call (``consolidate_batch``) for ``items`` = [(insight text, its candidate texts)], as
+    ``render_insight_candidates`` shows them; returns insight number (1-based) → ``{"action", "targets",
+    "merged_text"}`` ({} when the call failed after retries, logged). A second decision for one insight, or one for
+    a number not asked about, is ignored; an insight without a decision is absent (the caller falls back to a
+    per-insight call). The pipeline and ``benchmarks.consolidation_batch`` both decide through this function."""
+    try:
+        reply = predictor(insights_with_entries=render_insight_candidates(items), insight_count=len(items)).decisions
+    except LLMError as exc:
+        log.info("batched consolidation failed, consolidating insight by insight: %s", exc)
+        return {}
+    out: dict[int, dict] = {}
+    for d in reply if isinstance(reply, list) else []:
+        d = d.model_dump() if hasattr(d, "model_dump") else d
+        q = _ints(d.get("insight") if isinstance(d, dict) else None)
+        if q and 1 <= q[0] <= len(items) and q[0] not in out:
+            out[q[0]] = {"action": d.get("action"), "targets": d.get("targets") or [],
+                         "merged_text": d.get("merged_text") or ""}
+    return out
 
 
 def _speakers(episode: Episode) -> set[str]:
