@@ -24,6 +24,7 @@ usage: python -m benchmarks.consolidation_batch [--lm local:0.5b] [--batch 6] [-
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import tempfile
 import time
@@ -33,10 +34,12 @@ from typing import Any
 from benchmarks.lm_runtime import lm_overrides, lm_runtime
 from benchmarks.results_io import table as md_table, write_result
 
-__all__ = ["DEFAULT_BATCH", "score_case", "run", "figures", "report", "main"]
+__all__ = ["DEFAULT_BATCH", "MODES", "against", "score_case", "run", "figures", "report", "main"]
 
 #: insights per batched call: about what one LoCoMo episode leaves pending after the floor (main job: 2-12).
 DEFAULT_BATCH = 6
+#: the two ways of asking P_con, in the order they run.
+MODES = ("per_insight", "batched")
 
 
 def score_case(case: dict[str, Any], decision: dict[str, Any]) -> tuple[float, bool]:
@@ -61,8 +64,9 @@ def _rendered(case: dict[str, Any]) -> tuple[str, list[str]]:
     return f"({_INSIGHT_DATE}) {case['insight']}", [f"({d}) {t}" for d, t in zip(_EXISTING_DATES, case["existing"])]
 
 
-def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None) -> dict[str, Any]:
-    """Both modes on the labelled cases: ``{"cases": [{kind, action, per_insight: {score, right, decision},
+def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None,
+        modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """``modes`` (``per_insight`` must come first when both run) on the labelled cases: ``{"cases": [{kind, action, per_insight: {score, right, decision},
     batched: {...}, fallback}], "usage": {mode: stage → calls/tokens/seconds}, "seconds": {mode: s}}``.
 
     Raises:
@@ -90,7 +94,7 @@ def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None) 
         try:
             with lm_runtime(lm, settings) as rt:
                 semantic = build_memory(settings, store, resolve_embedder(settings), rt.stage_lms or None).pipeline.semantic
-                for mode in ("per_insight", "batched"):
+                for mode in modes:
                     ledger, t0 = UsageLedger(), time.perf_counter()
                     with ledger.charging():
                         if mode == "per_insight":
@@ -103,41 +107,59 @@ def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None) 
                                 got = batch_decisions(semantic.consolidate_batch, [_rendered(c) for c in cases[i:i + batch]])
                                 for q, row in enumerate(rows[i:i + batch], 1):
                                     row["fallback"] = q not in got
-                                    row[mode] = got.get(q) or row["per_insight"]
+                                    row[mode] = got.get(q) or row.get("per_insight") or {"action": "", "targets": []}
                     usage[mode] = {k: v.model_dump() for k, v in ledger.snapshot().items()}
                     seconds[mode] = round(time.perf_counter() - t0, 1)
         finally:
             store.close()
     for row, case in zip(rows, cases):
-        for mode in ("per_insight", "batched"):
+        for mode in modes:
             score, right = score_case(case, row[mode])
             row[mode] = {"decision": row[mode], "score": score, "right": right}
     return {"cases": rows, "usage": usage, "seconds": seconds}
 
 
-def figures(result: dict[str, Any]) -> dict[str, Any]:
-    """Per kind and ``all``: n, mean score and share right of each mode (×100), and the paired batched − per_insight
-    difference of the score (bootstrap 95% CI) and of "right" (with exact McNemar p)."""
+def figures(result: dict[str, Any], a: str = "per_insight", b: str = "batched") -> dict[str, Any]:
+    """Per kind and ``all``: n, mean score and share right of columns ``a`` and ``b`` of the cases (×100), and the
+    paired b − a difference of the score (bootstrap 95% CI) and of "right" (with exact McNemar p)."""
     from nemori_dspy.eval.metrics import paired_compare
 
     rows = result["cases"]
     out: dict[str, Any] = {}
     for kind in sorted({r["kind"] for r in rows}) + ["all"]:
         sel = [r for r in rows if kind in ("all", r["kind"])]
-        a_s, b_s = [r["per_insight"]["score"] for r in sel], [r["batched"]["score"] for r in sel]
-        a_r, b_r = [float(r["per_insight"]["right"]) for r in sel], [float(r["batched"]["right"]) for r in sel]
+        a_s, b_s = [r[a]["score"] for r in sel], [r[b]["score"] for r in sel]
+        a_r, b_r = [float(r[a]["right"]) for r in sel], [float(r[b]["right"]) for r in sel]
         out[kind] = {"n": len(sel), "score": paired_compare(a_s, b_s, binary=False),
                      "right": paired_compare(a_r, b_r, binary=True)}
     out["fallbacks"] = sum(1 for r in rows if r.get("fallback"))
     return out
 
 
+def against(result: dict[str, Any], earlier: dict[str, Any], mode: str) -> dict[str, Any]:
+    """``result``'s cases with column ``before`` = ``mode``'s column of an earlier result file's ``figures.cases``
+    (what a change to P_con's prompt or model did on the same cases).
+
+    Raises:
+        ConfigError: the earlier file holds other cases (another ``--max-cases`` or changed labelled cases) or not
+            ``mode``.
+    """
+    from nemori_dspy.errors import ConfigError
+
+    old = earlier["figures"]["cases"]
+    if [(r["kind"], r["action"], r["targets"]) for r in old] != [
+            (r["kind"], r["action"], r["targets"]) for r in result["cases"]] or any(mode not in r for r in old):
+        raise ConfigError(f"the --against file holds other cases than this run, or no {mode!r} column. Fix: pass a "
+                          "result of the same labelled cases and --max-cases.")
+    return {**result, "cases": [{**r, "before": o[mode]} for r, o in zip(result["cases"], old)]}
+
+
 def _pct(stats: dict[str, Any]) -> str:
     return f"{100 * stats['diff']:+.1f} [{100 * stats['low']:+.1f}, {100 * stats['high']:+.1f}]"
 
 
-def report(fig: dict[str, Any], result: dict[str, Any]) -> str:
-    """The Markdown table of ``figures`` and the cost of each mode."""
+def report(fig: dict[str, Any], result: dict[str, Any], a: str = "per_insight", b: str = "batched") -> str:
+    """The Markdown table of ``figures`` (columns ``a`` and ``b``) and the cost of each mode run."""
     body = []
     for kind, f in fig.items():
         if kind == "fallbacks":
@@ -146,15 +168,15 @@ def report(fig: dict[str, Any], result: dict[str, Any]) -> str:
         body.append([kind, f["n"], f"{100 * s['mean_a']:.1f}", f"{100 * s['mean_b']:.1f}", _pct(s),
                      f"{100 * r['mean_a']:.1f}", f"{100 * r['mean_b']:.1f}", _pct(r),
                      f"{r['wins']}/{r['losses']}", f"{r['mcnemar_p']:.3f}"])
-    lines = [md_table(["kind", "n", "score per_insight", "score batched", "batched − per_insight",
-                       "right per_insight", "right batched", "right: batched − per_insight", "wins/losses", "McNemar p"],
-                      body), ""]
+    lines = [md_table(["kind", "n", f"score {a}", f"score {b}", f"{b} − {a}", f"right {a}", f"right {b}",
+                       f"right: {b} − {a}", "wins/losses", "McNemar p"], body), ""]
     for mode, stages in result["usage"].items():
         calls = sum(u.get("calls", 0) for u in stages.values())
         tokens = sum(u.get("input_tokens", 0) + u.get("output_tokens", 0) for u in stages.values())
         lines.append(f"{mode}: {calls} LLM calls, {tokens} tokens, {result['seconds'][mode]} s")
-    lines.append(f"batched cases without a decision (scored with the per-insight call, as the pipeline falls back): "
-                 f"{fig['fallbacks']}")
+    if "batched" in result["usage"]:
+        lines.append(f"batched cases without a decision (scored with the per-insight call when it ran, as the "
+                     f"pipeline falls back): {fig['fallbacks']}")
     return "\n".join(lines)
 
 
@@ -163,19 +185,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lm", default="local:0.5b", help="scripted | local:<size> | a litellm model string (the memory "
                    "stages run on the default local_memory_model, the 1.5B, with local models)")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="insights per batched call")
+    p.add_argument("--modes", default=",".join(MODES), help="per_insight,batched (default), or one of them")
+    p.add_argument("--against", type=Path, default=None, help="an earlier result file: pair the first mode's "
+                   "decisions with that file's (same cases), e.g. before and after a change to P_con's prompt")
     p.add_argument("--cache", action="store_true", help="DSPy's response cache on (a rerun replays the replies)")
     p.add_argument("--max-cases", type=int, default=None, help="only the first N cases (after the seeded shuffle)")
     p.add_argument("--out", type=Path, default=None, help="result folder (default benchmarks/results)")
     args = p.parse_args(argv)
+    modes = tuple(m for m in MODES if m in args.modes.split(","))
+    if not modes or set(args.modes.split(",")) - set(MODES):
+        p.error(f"--modes takes per_insight and/or batched, got {args.modes!r}")
     if args.batch < 2:
         p.error("--batch must be >= 2 (one insight is a per-insight call)")
-    result = run(args.lm, args.batch, args.cache, args.max_cases)
-    fig = figures(result)
-    print(report(fig, result))
+    if args.against is None and len(modes) < 2:
+        p.error("one mode needs --against (an earlier result to pair with)")
+    result = run(args.lm, args.batch, args.cache, args.max_cases, modes)
+    a, b = MODES
+    if args.against is not None:
+        result = against(result, json.loads(args.against.read_text()), modes[0])
+        a, b = "before", modes[0]
+    fig = figures(result, a, b)
+    print(report(fig, result, a, b))
     name = f"consolidation_batch-{args.lm.replace(':', '_').replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path = write_result(name, {"lm": args.lm, "batch": args.batch, "cache": args.cache, "max_cases": args.max_cases},
-                        {**fig, "cases": result["cases"], "usage": result["usage"], "seconds": result["seconds"]},
-                        args.out)
+    params = {"lm": args.lm, "batch": args.batch, "modes": list(modes), "cache": args.cache,
+              "max_cases": args.max_cases, "against": str(args.against) if args.against else None}
+    path = write_result(name, params, {**fig, "cases": result["cases"], "usage": result["usage"],
+                                       "seconds": result["seconds"]}, args.out)
     print(f"wrote {path}")
     return 0
 
