@@ -60,6 +60,12 @@ SEED_DEMOS: dict[str, list[dspy.Example]] = {
             existing_entries="[1] (2022-01-05) Priya lives in Leeds.\n[2] (2022-03-14) Priya is starting a pottery "
                              "class in April 2022.",
             action="conflict", targets=[1], merged_text=""),
+        # a different person on the same topic is new information: the 1.5B model merged 69 of 90 labelled cases
+        # without a demo of "new" (benchmarks/consolidation_batch.py)
+        _ex(insight="(2022-07-01) Tom adopted a cat named Miso in June 2022.",
+            existing_entries="[1] (2022-03-14) Priya adopted a rescue greyhound named Biscuit in March 2022.\n"
+                             "[2] (2022-02-20) Tom cycles to work.",
+            action="new", targets=[], merged_text=""),
         _ex(insight="(2022-05-02) Priya's pottery class meets on Thursday evenings.",
             existing_entries="[1] (2022-03-14) Priya is starting a pottery class in April 2022.",
             action="merge", targets=[1],
