@@ -48,10 +48,10 @@ def score_case(case: dict[str, Any], decision: dict[str, Any]) -> tuple[float, b
     import dspy
 
     from nemori_dspy.optimizers.metrics import consolidate_metric
-    from nemori_dspy.modules.semantic import _ints
+    from nemori_dspy.modules.semantic import target_numbers
 
     example = dspy.Example(action=case["action"], targets=case["targets"])
-    targets = sorted(set(_ints(decision.get("targets"))))
+    targets = sorted(set(target_numbers(decision.get("targets"))))
     pred = dspy.Prediction(action=str(decision.get("action") or ""), targets=targets)
     score = float(consolidate_metric(example, pred))
     right = pred.action.strip().lower() == case["action"] and (case["action"] == "new" or targets == case["targets"])

@@ -18,6 +18,7 @@ the pipeline (each pipeline predictor keeps its own stage LM). Stages a program 
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import dspy
@@ -26,11 +27,16 @@ from nemori_dspy.errors import ConfigError
 from nemori_dspy.insight_rules import dated_message_lines
 from nemori_dspy.modules.episodic import polish_narrative
 from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, pipeline_stage_owner
-from nemori_dspy.modules.semantic import predict_episode
+from nemori_dspy.formatting import strip_fact_date
+from nemori_dspy.modules.semantic import target_numbers, predict_episode, settle_decision
 from nemori_dspy.stages import PIPELINE_PATHS
 
 __all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram", "ConsolidateProgram",
            "EndToEndProgram", "end_to_end_questions", "clean_insights", "pipeline_stage", "pipeline_stage_owner"]
+
+
+#: one numbered entry line of ``formatting.render_entries`` (``[i] text``).
+_ENTRY = re.compile(r"^\[\d+\]\s*(.*)$", re.M)
 
 
 class _Shared:
@@ -147,14 +153,23 @@ class DistillProgram(StageProgram):
 
 
 class ConsolidateProgram(StageProgram):
-    """P_con alone: ``forward(insight, existing_entries) -> Prediction(action, targets, merged_text)``."""
+    """P_con alone: ``forward(insight, existing_entries) -> Prediction(action, targets, merged_text)``, the reply
+    settled as the pipeline settles it before storing (``modules.semantic.settle_decision``): targets out of range
+    are dropped, merge/conflict without a target and merge without text become ``new``, and so does a merge the
+    pipeline's merge checks refuse (``merge_refusal``: it drops what a source states, changes a quote, only strings
+    the sources together; the person check needs the episode's speakers, which a labelled case has not, so it passes).
+    The metric therefore scores what memory would hold, not the raw reply."""
 
     def __init__(self, pipeline: NemoriPipeline) -> None:
         super().__init__(pipeline, ("consolidate",))
 
     def forward(self, insight: str, existing_entries: str) -> dspy.Prediction:
         d = self.call("consolidate", insight=insight, existing_entries=existing_entries)
-        return dspy.Prediction(action=str(d.action), targets=list(d.targets or []), merged_text=str(d.merged_text or ""))
+        entries = [strip_fact_date(m.group(1)) for m in _ENTRY.finditer(existing_entries)]
+        numbers = [i for i in sorted(set(target_numbers(d.targets))) if 1 <= i <= len(entries)]
+        action, targets, merged, _ = settle_decision(str(d.action), numbers, d.merged_text, strip_fact_date(insight),
+                                                     [entries[i - 1] for i in numbers], set())
+        return dspy.Prediction(action=action, targets=targets, merged_text=merged)
 
 
 class EndToEndProgram(StageProgram):

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks",
-           "keeps_quotes", "glued", "GLUE_RATIO", "merge_refusal", "batch_decisions"]
+           "keeps_quotes", "glued", "GLUE_RATIO", "merge_refusal", "batch_decisions", "settle_decision", "target_numbers"]
 
 log = logging.getLogger(__name__)
 
@@ -422,25 +422,24 @@ class SemanticDistillation(dspy.Module):
         above the floor); a number out of range, or naming an entry no longer live in ``plan`` (retired by an
         earlier decision), is refused (``consolidation.refused_targets``); merge/conflict with no valid target
         left, or merge without text, becomes new."""
-        numbers = sorted(set(_ints(raw_targets)))
+        numbers = sorted(set(target_numbers(raw_targets)))
         live = {e.id for e in plan.inserts} | (set(plan.stored) - set(plan.deletes))
-        targets = [cands[i - 1][0] for i in numbers if 1 <= i <= len(cands) and cands[i - 1][0].id in live]
-        if len(targets) < len(numbers) and action in ("merge", "conflict"):
-            tally("consolidation.refused_targets", len(numbers) - len(targets))
-        merged = strip_fact_date(str(raw_merged or "")).strip()
-        if action == "merge" and targets and merged:
-            refused = merge_refusal(merged, new_entry.text, targets, _speakers(episode))
-            if refused is not None:
-                tally(f"consolidation.merge_refused_{refused}")
-                log.info("merge refused (%s): %r from %r and its targets", refused, merged, new_entry.text)
-                action = "new"
-        if action == "merge" and targets and merged:
+        valid = [i for i in numbers if 1 <= i <= len(cands) and cands[i - 1][0].id in live]
+        if len(valid) < len(numbers) and action in ("merge", "conflict"):
+            tally("consolidation.refused_targets", len(numbers) - len(valid))
+        action, valid, merged, refused = settle_decision(action, valid, raw_merged, new_entry.text,
+                                                         [cands[i - 1][0].text for i in valid], _speakers(episode))
+        if refused is not None:
+            tally(f"consolidation.merge_refused_{refused}")
+            log.info("merge refused (%s): %r from %r and its targets", refused, raw_merged, new_entry.text)
+        targets = [cands[i - 1][0] for i in valid]
+        if action == "merge":
             replacement = self._merged(user_id, episode, merged, targets)
-        elif action == "conflict" and targets:
+        elif action == "conflict":
             new_entry.supersedes = [t.id for t in targets]
             replacement = new_entry
         else:
-            action, targets, replacement = "new", [], new_entry
+            replacement = new_entry
         replacement.origin = action
         _retire(plan, targets, replacement, action)
         plan.inserts.append(replacement)
@@ -482,7 +481,7 @@ def batch_decisions(predictor: Callable[..., dspy.Prediction], items: list[tuple
     out: dict[int, dict] = {}
     for d in reply if isinstance(reply, list) else []:
         d = d.model_dump() if hasattr(d, "model_dump") else d
-        q = _ints(d.get("insight") if isinstance(d, dict) else None)
+        q = target_numbers(d.get("insight") if isinstance(d, dict) else None)
         if q and 1 <= q[0] <= len(items) and q[0] not in out:
             out[q[0]] = {"action": d.get("action"), "targets": d.get("targets") or [],
                          "merged_text": d.get("merged_text") or ""}
@@ -511,9 +510,9 @@ def same_person_candidates(insight: str, cands: list[tuple[SemanticEntry, float]
     return kept
 
 
-def _keeps_people(merged: str, insight: str, targets: list[SemanticEntry], speakers: set[str]) -> bool:
-    """True if a merged statement names only people the insight or its targets name, and the insight's own."""
-    allowed = people_named(insight, speakers).union(*(people_named(t.text, speakers) for t in targets))
+def _keeps_people(merged: str, insight: str, targets: list[str], speakers: set[str]) -> bool:
+    """True if a merged statement names only people the insight or its targets' texts name, and the insight's own."""
+    allowed = people_named(insight, speakers).union(*(people_named(t, speakers) for t in targets))
     named = people_named(merged, speakers)
     return named <= allowed and people_named(insight, speakers) <= named
 
@@ -561,17 +560,45 @@ def glued(merged: str, sources: list[str]) -> bool:
         any(p in src or difflib.SequenceMatcher(None, p, src).ratio() >= GLUE_RATIO for src in said) for p in parts)
 
 
-def merge_refusal(merged: str, insight: str, targets: list[SemanticEntry], speakers: set[str]) -> str | None:
-    """Why a P_con merge of ``insight`` into ``targets`` as ``merged`` is refused (stored as new instead), or None:
+def merge_refusal(merged: str, insight: str, targets: list[str], speakers: set[str]) -> str | None:
+    """Why a P_con merge of ``insight`` into the entries ``targets`` (their texts) as ``merged`` is refused (stored
+    as new instead), or None:
     ``person`` (names other people, ``_keeps_people``), ``content`` (drops what a source states, ``keeps_content``),
     ``quote`` (changes a quoted passage, ``keeps_quotes``), ``glued`` (only strings its sources together, ``glued``);
     the first that applies, in that order."""
-    sources = [insight, *(t.text for t in targets)]
+    sources = [insight, *targets]
     checks = (("person", lambda: not _keeps_people(merged, insight, targets, speakers)),
               ("content", lambda: not keeps_content(merged, sources)),
               ("quote", lambda: not keeps_quotes(merged, sources)),
               ("glued", lambda: glued(merged, sources)))
     return next((why for why, fails in checks if fails()), None)
+
+
+def settle_decision(action: str, targets: list[int], raw_merged: object, insight: str, target_texts: list[str],
+                    speakers: set[str]) -> tuple[str, list[int], str, str | None]:
+    """The decision the pipeline applies for one P_con reply (the rule of ``SemanticDistillation._decide`` and of the
+    optimizers' ``ConsolidateProgram``, so what is tuned is what runs).
+
+    Args:
+        action: the reply's action; anything but ``merge``/``conflict`` counts as ``new``.
+        targets: its valid 1-based target numbers (in range and live; the caller filters), ``target_texts`` their
+            entries' bare texts in the same order.
+        raw_merged: the reply's ``merged_text`` (a ``render_fact`` date prefix is removed).
+        insight: the new insight's bare text; speakers: the episode's speakers' first names, case-folded
+            (``people_named``; empty: the person check passes).
+    Returns:
+        ``(action, targets, merged_text, refused)``: a merge ``merge_refusal`` refuses (``refused`` names why), a
+        merge without text and merge/conflict without a target become ``("new", [], "", …)``; ``merged_text`` is
+        only set for a merge."""
+    merged = strip_fact_date(str(raw_merged or "")).strip()
+    refused = None
+    if action == "merge" and targets and merged:
+        refused = merge_refusal(merged, insight, target_texts, speakers)
+        if refused is None:
+            return "merge", list(targets), merged, None
+    elif action == "conflict" and targets:
+        return "conflict", list(targets), "", None
+    return "new", [], "", refused
 
 
 def _retire(plan: Consolidation, targets: list[SemanticEntry], replacement: SemanticEntry, action: str) -> None:
@@ -600,7 +627,9 @@ def _cosine(vec: list[float], entry: SemanticEntry) -> float:
     return float(np.dot(np.asarray(vec, dtype=np.float32), np.asarray(entry.vector, dtype=np.float32)))
 
 
-def _ints(raw: object) -> list[int]:
+def target_numbers(raw: object) -> list[int]:
+    """The integers of a reply's ``targets`` (a list, or one value), in order; items that are not integers are
+    skipped (``["2", 1, "x"]`` → ``[2, 1]``)."""
     out = []
     for x in raw if isinstance(raw, list) else [raw]:
         try:

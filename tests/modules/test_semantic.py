@@ -850,3 +850,18 @@ def test_an_insight_that_names_nobody_and_opens_with_a_pronoun_is_dropped(ledger
                            "Melanie has two children."], source=msgs)
     assert kept == ["They told Caroline the group meets weekly.", "Melanie has two children."]
     assert ledger.counters["insights_dropped.no_subject"] == 2
+
+
+def test_settle_decision_is_the_rule_the_pipeline_stores_by():
+    from nemori_dspy.modules.semantic import settle_decision
+
+    target = ["Caroline ran a charity race for mental health."]
+    kept = "Caroline ran a charity race for mental health and went to an LGBTQ support group."
+    assert settle_decision("merge", [1], f"(2023-05-08) {kept}", "Caroline went to an LGBTQ support group.", target,
+                           {"caroline"}) == ("merge", [1], kept, None)
+    assert settle_decision("merge", [1], "Caroline helped with the charity race; it was so powerful.",
+                           "Caroline went to an LGBTQ support group.", target, {"caroline"}) == ("new", [], "", "content")
+    assert settle_decision("merge", [1], "", "x", target, set()) == ("new", [], "", None)
+    assert settle_decision("conflict", [], "", "x", [], set()) == ("new", [], "", None)
+    assert settle_decision("conflict", [1], "ignored", "x", target, set()) == ("conflict", [1], "", None)
+    assert settle_decision("unsure", [1], "", "x", target, set()) == ("new", [], "", None)

@@ -81,3 +81,25 @@ def test_tuning_a_stage_the_batched_switch_replaces_is_refused(tmp_path, stage):
         stage_program(stage, _memory(tmp_path).pipeline)
     paper = Memory(SQLiteStore(tmp_path / "p.db"), HashingEmbedder(64), NemoriSettings())
     assert stage_program(stage, paper.pipeline).tuned == (stage,)
+
+
+def test_the_consolidate_program_settles_a_reply_as_the_pipeline_stores_it(tmp_path):
+    """What is tuned is what runs: a merge the pipeline's merge checks refuse is scored as the 'new' it becomes."""
+    from nemori_dspy.optimizers.tune import stage_program
+    from nemori_dspy.testing import chat_reply
+
+    paper = Memory(SQLiteStore(tmp_path / "p.db"), HashingEmbedder(64), NemoriSettings())
+    program = stage_program("consolidate", paper.pipeline)
+    entries = "[1] (2023-05-01) Caroline ran a charity race for mental health.\n[2] (2023-05-01) Caroline paints."
+    replies = {"drops": chat_reply(action="merge", targets=[1, 7], merged_text="Caroline helped with the race."),
+               "keeps": chat_reply(action="merge", targets=[1], merged_text="(2023-05-08) Caroline ran a charity "
+                                   "race for mental health and went to an LGBTQ support group."),
+               "range": chat_reply(action="conflict", targets=[9], merged_text="")}
+    got = {}
+    for name, reply in replies.items():
+        with dspy.context(lm=ScriptedLM({"ConsolidateKnowledge": lambda i, r=reply: r})):
+            got[name] = program(insight="(2023-05-08) Caroline went to an LGBTQ support group.", existing_entries=entries)
+    assert (got["drops"].action, got["drops"].targets) == ("new", [])
+    assert (got["keeps"].action, got["keeps"].targets) == ("merge", [1])
+    assert got["keeps"].merged_text.startswith("Caroline ran")
+    assert (got["range"].action, got["range"].targets) == ("new", [])
