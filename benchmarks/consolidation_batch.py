@@ -58,12 +58,6 @@ def score_case(case: dict[str, Any], decision: dict[str, Any]) -> tuple[float, b
     return score, right
 
 
-def _rendered(case: dict[str, Any]) -> tuple[str, list[str]]:
-    from nemori_dspy.optimizers.datasets import _EXISTING_DATES, _INSIGHT_DATE
-
-    return f"({_INSIGHT_DATE}) {case['insight']}", [f"({d}) {t}" for d, t in zip(_EXISTING_DATES, case["existing"])]
-
-
 def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None,
         modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """``modes`` (``per_insight`` must come first when both run) on the labelled cases: ``{"cases": [{kind, action, per_insight: {score, right, decision},
@@ -77,7 +71,7 @@ def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None,
     from nemori_dspy.embedders import resolve_embedder
     from nemori_dspy.formatting import render_entries
     from nemori_dspy.modules.semantic import batch_decisions
-    from nemori_dspy.optimizers.datasets import consolidation_cases
+    from nemori_dspy.optimizers.datasets import consolidation_cases, dated_case
     from nemori_dspy.store.sqlite import SQLiteStore
     from nemori_dspy.usage import UsageLedger
 
@@ -99,12 +93,12 @@ def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None,
                     with ledger.charging():
                         if mode == "per_insight":
                             for row, case in zip(rows, cases):
-                                insight, existing = _rendered(case)
+                                insight, existing = dated_case(case)
                                 d = semantic.consolidate(insight=insight, existing_entries=render_entries(existing))
                                 row[mode] = {"action": str(d.action), "targets": d.targets}
                         else:
                             for i in range(0, len(cases), batch):
-                                got = batch_decisions(semantic.consolidate_batch, [_rendered(c) for c in cases[i:i + batch]])
+                                got = batch_decisions(semantic.consolidate_batch, [dated_case(c) for c in cases[i:i + batch]])
                                 for q, row in enumerate(rows[i:i + batch], 1):
                                     row["fallback"] = q not in got
                                     row[mode] = got.get(q) or row.get("per_insight") or {"action": "", "targets": []}

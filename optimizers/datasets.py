@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from nemori_dspy.config import NemoriSettings
 
 __all__ = ["questions_for", "observations_for", "narrate_examples", "narrate_session_examples", "distill_examples", "consolidate_examples",
-           "consolidation_cases", "check_split", "PAIR_ACTIONS", "CONSOLIDATION_PAIRS_PATH", "CONSOLIDATION_CASES"]
+           "consolidation_cases", "dated_case", "check_split", "PAIR_ACTIONS", "CONSOLIDATION_PAIRS_PATH", "CONSOLIDATION_CASES"]
 
 
 def questions_for(conv: LoCoMoConversation, message_ids: Iterable[str],
@@ -244,10 +244,19 @@ def consolidate_examples(group: str | None = None) -> list[dspy.Example]:
     """
     from nemori_dspy.formatting import render_entries
 
-    return [dspy.Example(insight=f"({_INSIGHT_DATE}) {c['insight']}",
-                         existing_entries=render_entries([f"({d}) {t}" for d, t in zip(_EXISTING_DATES, c["existing"])]),
-                         action=c["action"], targets=c["targets"]).with_inputs("insight", "existing_entries")
-            for c in consolidation_cases(group)]
+    out = []
+    for c in consolidation_cases(group):
+        insight, existing = dated_case(c)
+        out.append(dspy.Example(insight=insight, existing_entries=render_entries(existing), action=c["action"],
+                                targets=c["targets"]).with_inputs("insight", "existing_entries"))
+    return out
+
+
+def dated_case(case: dict) -> tuple[str, list[str]]:
+    """(insight, existing entries) of one consolidation case with the ``render_fact`` date prefixes the pipeline
+    shows P_con: the existing entries dated before the insight (``(2024-06-01) …`` against ``(2024-03-01) …``)."""
+    return (f"({_INSIGHT_DATE}) {case['insight']}",
+            [f"({d}) {t}" for d, t in zip(_EXISTING_DATES, case["existing"])])
 
 
 def check_split(train_ids: Sequence[str], dev_ids: Sequence[str], test_ids: Sequence[str] = (),
