@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lm_runtime import lm_overrides, lm_runtime
+from benchmarks.lm_runtime import lm_overrides, scratch_memory
 from benchmarks.results_io import table as md_table, write_result
 
 __all__ = ["DEFAULT_BATCH", "MODES", "against", "score_case", "run", "figures", "report", "main"]
@@ -66,13 +65,10 @@ def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None,
     Raises:
         ConfigError / ProviderError: the model cannot be started or reached (``lm_runtime``).
     """
-    from nemori_dspy.apps.context import build_memory
     from nemori_dspy.config import NemoriSettings
-    from nemori_dspy.embedders import resolve_embedder
     from nemori_dspy.formatting import render_entries
     from nemori_dspy.modules.semantic import batch_decisions
     from nemori_dspy.optimizers.datasets import consolidation_cases, dated_case
-    from nemori_dspy.store.sqlite import SQLiteStore
     from nemori_dspy.usage import UsageLedger
 
     cases = consolidation_cases()
@@ -83,29 +79,24 @@ def run(lm: str, batch: int, cache: bool = False, max_cases: int | None = None,
                                   for c in cases]
     usage: dict[str, Any] = {}
     seconds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "m.sqlite3")
-        try:
-            with lm_runtime(lm, settings) as rt:
-                semantic = build_memory(settings, store, resolve_embedder(settings), rt.stage_lms or None).pipeline.semantic
-                for mode in modes:
-                    ledger, t0 = UsageLedger(), time.perf_counter()
-                    with ledger.charging():
-                        if mode == "per_insight":
-                            for row, case in zip(rows, cases):
-                                insight, existing = dated_case(case)
-                                d = semantic.consolidate(insight=insight, existing_entries=render_entries(existing))
-                                row[mode] = {"action": str(d.action), "targets": d.targets}
-                        else:
-                            for i in range(0, len(cases), batch):
-                                got = batch_decisions(semantic.consolidate_batch, [dated_case(c) for c in cases[i:i + batch]])
-                                for q, row in enumerate(rows[i:i + batch], 1):
-                                    row["fallback"] = q not in got
-                                    row[mode] = got.get(q) or row.get("per_insight") or {"action": "", "targets": []}
-                    usage[mode] = {k: v.model_dump() for k, v in ledger.snapshot().items()}
-                    seconds[mode] = round(time.perf_counter() - t0, 1)
-        finally:
-            store.close()
+    with scratch_memory(settings, lm) as memory:
+        semantic = memory.pipeline.semantic
+        for mode in modes:
+            ledger, t0 = UsageLedger(), time.perf_counter()
+            with ledger.charging():
+                if mode == "per_insight":
+                    for row, case in zip(rows, cases):
+                        insight, existing = dated_case(case)
+                        d = semantic.consolidate(insight=insight, existing_entries=render_entries(existing))
+                        row[mode] = {"action": str(d.action), "targets": d.targets}
+                else:
+                    for i in range(0, len(cases), batch):
+                        got = batch_decisions(semantic.consolidate_batch, [dated_case(c) for c in cases[i:i + batch]])
+                        for q, row in enumerate(rows[i:i + batch], 1):
+                            row["fallback"] = q not in got
+                            row[mode] = got.get(q) or row.get("per_insight") or {"action": "", "targets": []}
+            usage[mode] = {k: v.model_dump() for k, v in ledger.snapshot().items()}
+            seconds[mode] = round(time.perf_counter() - t0, 1)
     for row, case in zip(rows, cases):
         for mode in modes:
             score, right = score_case(case, row[mode])

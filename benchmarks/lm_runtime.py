@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, Iterator
 
-__all__ = ["SCRIPTED", "lm_overrides", "lm_runtime"]
+__all__ = ["SCRIPTED", "lm_overrides", "lm_runtime", "scratch_memory"]
 
 #: the ``--lm`` value of the scripted LM
 SCRIPTED = "scripted"
@@ -49,3 +49,28 @@ def lm_runtime(lm: str, settings: Any) -> Iterator[Any]:
 
     with build_runtime(settings) as rt:
         yield rt
+
+
+@contextmanager
+def scratch_memory(settings: Any, lm: str, program: dict[str, Any] | None = None) -> Iterator[Any]:
+    """A throw-away ``Memory`` (SQLite in a temporary folder, deleted after the block) whose stages run on ``lm``
+    (``lm_runtime``) with ``settings``, ``program`` (a saved pipeline state) applied when given: for benchmarks that
+    call one stage directly and need no stored memory.
+
+    Raises:
+        ConfigError / ProviderError: from ``lm_runtime``.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from nemori_dspy.apps.context import build_memory
+    from nemori_dspy.embedders import resolve_embedder
+    from nemori_dspy.store.sqlite import SQLiteStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "m.sqlite3")
+        try:
+            with lm_runtime(lm, settings) as rt:
+                yield build_memory(settings, store, resolve_embedder(settings), rt.stage_lms or None, program)
+        finally:
+            store.close()

@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
-from benchmarks.lm_runtime import lm_runtime
+from benchmarks.lm_runtime import scratch_memory
 from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 
@@ -83,22 +81,6 @@ def row_settings(row: str, lm: str, cache: bool = False) -> dict[str, Any]:
     return {"model": "local", "local_model_size": "0.5b", "local_memory_model": ROWS[row].size, "cache": cache, **demos}
 
 
-@contextmanager
-def _memory(settings: Any, lm: str, program: dict[str, Any] | None) -> Iterator[Any]:
-    """A throw-away ``Memory`` whose narrate stage runs on the row's model (P_nar needs no stored memory)."""
-    from nemori_dspy.apps.context import build_memory
-    from nemori_dspy.embedders import resolve_embedder
-    from nemori_dspy.store.sqlite import SQLiteStore
-
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "m.sqlite3")
-        try:
-            with lm_runtime(lm, settings) as rt:
-                yield build_memory(settings, store, resolve_embedder(settings), rt.stage_lms or None, program)
-        finally:
-            store.close()
-
-
 def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, Any] | None,
               max_examples: int | None = None, cache: bool = False) -> dict[str, Any]:
     """One row: ``{"row", "scores" (per example, in [0, 1]), "n", "mean", "low", "high", "usage" (stage → calls,
@@ -122,7 +104,7 @@ def score_row(row: str, lm: str, conversations: list[Any], program: dict[str, An
         raise ConfigError("no labelled session in the test conversations. Fix: pick LoCoMo conversations.")
     t0 = time.perf_counter()
     ledger = UsageLedger()
-    with ledger.charging(), _memory(settings, lm, program if tuned else None) as memory:
+    with ledger.charging(), scratch_memory(settings, lm, program if tuned else None) as memory:
         score = score_program(stage_program("narrate", memory.pipeline), examples,
                               stage_metric("narrate", None, memory.embedder))
     usage = {k: v.model_dump() for k, v in ledger.snapshot().items()}

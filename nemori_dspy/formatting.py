@@ -11,7 +11,7 @@ from .temporal import annotate_relative_dates
 from .types import Episode, SearchResult, SemanticEntry, StoredMessage, instant
 
 __all__ = ["MIN_MESSAGE_CHARS", "render_messages", "render_numbered_messages", "render_episode", "render_candidates",
-           "render_entries", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
+           "render_entries", "entry_texts", "render_fact", "strip_fact_date", "render_context", "date_span", "clip",
            "per_message_chars", "render_groups", "render_insight_candidates", "render_cue", "fit_context",
            "count_tokens", "CONTEXT_HEADERS", "CHRONOLOGICAL_FACTS_HEADER", "chronological_facts", "TIMESTAMP_LAYOUTS"]
 
@@ -157,6 +157,14 @@ def strip_fact_date(text: str) -> str:
 def render_entries(texts: Sequence[str]) -> str:
     """Numbered entries ``[i] text`` from 1, or ``(none)``; pass ``render_fact`` texts to show event dates."""
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts, 1)) or "(none)"
+
+
+_ENTRY_LINE = re.compile(r"^\[\d+\]\s*(.*)$", re.M)
+
+
+def entry_texts(rendered: str) -> list[str]:
+    """The texts of ``render_entries`` output, in order (``(none)`` → []); a ``render_fact`` date prefix stays."""
+    return _ENTRY_LINE.findall(rendered)
 
 
 #: section headers of the answer context, in the paper's order (§3.4): episodes, raw messages, facts.

@@ -18,25 +18,20 @@ the pipeline (each pipeline predictor keeps its own stage LM). Stages a program 
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Any
 
 import dspy
 
 from nemori_dspy.errors import ConfigError
+from nemori_dspy.formatting import entry_texts, strip_fact_date
 from nemori_dspy.insight_rules import dated_message_lines
 from nemori_dspy.modules.episodic import polish_narrative
 from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, pipeline_stage_owner
-from nemori_dspy.formatting import strip_fact_date
-from nemori_dspy.modules.semantic import target_numbers, predict_episode, settle_decision
+from nemori_dspy.modules.semantic import predict_episode, settle_decision, target_numbers
 from nemori_dspy.stages import PIPELINE_PATHS
 
 __all__ = ["PIPELINE_PATHS", "StageProgram", "NarrateProgram", "DistillProgram", "ConsolidateProgram",
            "EndToEndProgram", "end_to_end_questions", "clean_insights", "pipeline_stage", "pipeline_stage_owner"]
-
-
-#: one numbered entry line of ``formatting.render_entries`` (``[i] text``).
-_ENTRY = re.compile(r"^\[\d+\]\s*(.*)$", re.M)
 
 
 class _Shared:
@@ -165,7 +160,7 @@ class ConsolidateProgram(StageProgram):
 
     def forward(self, insight: str, existing_entries: str) -> dspy.Prediction:
         d = self.call("consolidate", insight=insight, existing_entries=existing_entries)
-        entries = [strip_fact_date(m.group(1)) for m in _ENTRY.finditer(existing_entries)]
+        entries = [strip_fact_date(t) for t in entry_texts(existing_entries)]
         numbers = [i for i in sorted(set(target_numbers(d.targets))) if 1 <= i <= len(entries)]
         action, targets, merged, _ = settle_decision(str(d.action), numbers, d.merged_text, strip_fact_date(insight),
                                                      [entries[i - 1] for i in numbers], set())

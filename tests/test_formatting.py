@@ -118,3 +118,11 @@ def test_on_change_timestamps_are_shorter_and_keep_every_message():
 def test_an_unknown_timestamp_layout_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="per_message, on_change"):
         render_messages(_session([(13, 0)]), timestamps="never")
+
+
+def test_entry_texts_reads_back_what_render_entries_wrote():
+    from nemori_dspy.formatting import entry_texts, render_entries
+
+    texts = ["(2024-03-01) Priya lives in Leeds.", "Tom [cycles] to work."]
+    assert entry_texts(render_entries(texts)) == texts
+    assert entry_texts(render_entries([])) == []
