@@ -49,8 +49,9 @@ from nemori_dspy.embedders import Embedder
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
 from nemori_dspy.eval.metrics import format_table
-from nemori_dspy.insight_rules import (COPY_RATIO, copied_passage, echoes_demo, is_attributed, is_verbatim_copy,
-                                      misattributed_to, people_named, source_lines, split_sentences, strip_address)
+from nemori_dspy.insight_rules import (COPY_RATIO, copied_passage, echoes_demo, is_attributed, is_question,
+                                      is_verbatim_copy, misattributed_to, people_named, source_lines, speaks_of,
+                                      split_sentences, strip_address)
 from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates
@@ -88,8 +89,8 @@ SUPPORT_COSINE_MIN = 0.55
 SUPPORT_RECALL_MIN = 0.40
 #: ``validate_support`` with all-MiniLM-L6-v2 on ``SUPPORT_PAIRS_PATH`` (tests/eval/test_memory_quality.py recomputes
 #: it). The whole-message rule it replaced: precision 9/17, recall 9/45.
-SUPPORT_VALIDATED: dict[str, Any] = {"embedder": "all-MiniLM-L6-v2", "n": 90, "precision": 35 / 43,
-                                     "recall": 35 / 45, "f1": 70 / 88}
+SUPPORT_VALIDATED: dict[str, Any] = {"embedder": "all-MiniLM-L6-v2", "n": 105, "precision": 38 / 47,
+                                     "recall": 38 / 50, "f1": 76 / 97}
 #: words of intent or plan: a message saying "thinking about adopting" or "one day I'd sell them" does not support
 #: "adopted" or "sold" (a fact without such a word).
 _INTENT = re.compile(r"\b(?:thinking about|think about|planning|plans? to|wants? to|wanting to|hop(?:e|ing) to|going to|"
@@ -282,12 +283,16 @@ SupportLine = tuple[str, str, str]
 
 def support_units(lines: Sequence[SupportLine], people: set[str] | None = None) -> list[tuple[str, set[str]]]:
     """What a memory fact or a narrative sentence may rest on, each unit with the people it is about: every run of
-    one to three consecutive sentences of a message (about its speaker and the people its text names), and a
-    message's closing question followed by the first one or two sentences of the next message (the answer: about
-    the answering speaker and the people either text names). Units read ``"Speaker (stamp): text"``
-    (``"Speaker: text"`` without a stamp). Names that only address the listener are taken out first
-    (``insight_rules.strip_address``: "Hey Sam! I ran …" → "I ran …"), so "Tomas, I repainted the room" is about its
-    speaker, not Tomas.
+    one to three consecutive sentences of a message that states something (not questions only), and a message's
+    closing question followed by the first one or two sentences of the next message (the answer). Units read
+    ``"Speaker (stamp): text"`` (``"Speaker: text"`` without a stamp). Names that only address the listener are
+    taken out first (``insight_rules.strip_address``: "Hey Sam! I ran …" → "I ran …"), so "Tomas, I repainted the
+    room" is about its speaker, not Tomas.
+
+    A unit is about the people its text names and about whom it speaks of (``insight_rules.speaks_of``): its
+    speaker, or, when it speaks of its listener ("Painting looks like a great outlet for you", more second- than
+    first-person words), the other speaker of a chat of two (nobody else in a larger chat). So "Caroline paints" rests on no line of Caroline's
+    about Melanie's painting, and a question ("Is this your own painting?") states nothing on its own.
 
     Args:
         lines: the messages, in order, as ``SupportLine``.
@@ -296,6 +301,7 @@ def support_units(lines: Sequence[SupportLine], people: set[str] | None = None) 
         ``(unit, people it is about)`` pairs, ``[]`` for no message.
     """
     names = people if people is not None else {who.split()[0].casefold() for who, _, _ in lines if who.strip()}
+    speakers = {who.split()[0].casefold() for who, _, _ in lines if who.strip()}
     out: list[tuple[str, set[str]]] = []
     question: tuple[str, set[str]] | None = None
     for who, stamp, content in lines:
@@ -304,16 +310,27 @@ def support_units(lines: Sequence[SupportLine], people: set[str] | None = None) 
         sents = split_sentences(strip_address(content, names)) or [content.strip()]
         for i in range(len(sents)):
             for j in range(i + 1, min(i + 4, len(sents) + 1)):
+                if all(is_question(x) for x in sents[i:j]):
+                    continue
                 text = " ".join(sents[i:j])
-                out.append((head + text, me | people_named(text, names)))
+                out.append((head + text, _spoken_of(text, me, speakers) | people_named(text, names)))
         if question is not None:
             asked, about = question
             for k in (1, 2)[:len(sents)]:
                 text = " ".join(sents[:k])
-                out.append((f"{asked} {head}{text}", me | about | people_named(text, names)))
+                out.append((f"{asked} {head}{text}", _spoken_of(text, me, speakers) | about | people_named(text, names)))
         last = sents[-1]
         question = (head + last, people_named(last, names)) if last.rstrip().endswith("?") else None
     return out
+
+
+def _spoken_of(text: str, me: set[str], speakers: set[str]) -> set[str]:
+    """Whom ``text`` (said by ``me``) speaks of: its speaker, or, when it speaks of its listener, the other speaker
+    of a chat of two (nobody in a larger chat, or when ``speakers`` holds no other: then only the names it says)."""
+    if speaks_of(text) != "listener":
+        return me
+    others = speakers - me
+    return others if len(others) == 1 else set()
 
 
 def _subject(text: str, speakers: set[str]) -> str | None:

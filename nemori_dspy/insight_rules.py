@@ -42,7 +42,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
-           "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key"]
+           "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -436,9 +436,10 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
     names aside). Then:
 
     * **first person**: the message is *another* speaker's, speaks of its speaker (more first- than second-person
-      words), does not name the insight's person (a name used only to address them, "Hey Sam! I got …", does not
-      count: ``_without_address``), and every message of the named speaker holds less than half of
-      its share → the message's speaker is meant;
+      words in its sentences holding the insight's words: ``speaks_of``), does not name the insight's person (a
+      name used only to address them, "Hey Sam! I got …", does not count: ``_without_address``), and every message
+      of the named speaker that is not about their listener holds less than half of its share ("Is this your own
+      painting?" does not make the painting its asker's) → the message's speaker is meant;
     * **second person**: the message is the named speaker's own, holds more of the insight than any other
       speaker's, and speaks of its listener (more second- than first-person words), in a chat of exactly two
       speakers, and the insight itself says no "you" and reports no act of speaking (``SPEECH_VERBS``: "Evan
@@ -464,27 +465,33 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
         return None
     best = _best_shares(words, lines, first)
     own, own_tops = best.get(who, (0.0, []))
+    own_about_self = _best_shares(words, lines, first, about_self=True).get(who, (0.0, []))[0]
     others = sorted(((share, key, tops) for key, (share, tops) in best.items() if key != who), reverse=True)
     if not others:
         return None
     share, key, tops = others[0]
-    if (_clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops)
+    names = set(first)
+    if (_clear(share, len(words)) and own_about_self < share / 2
+            and all(speaks_of(c, words, names) == "self" for c in tops)
             and not any(who in people_named(_without_address(c, who), {who}) for c in tops)):
         return first[who], first[key]
     if (second_person and _clear(own, len(words)) and own > share and len(first) == 2
-            and all(_speaks_of(c) == "listener" for c in own_tops) and not _QUOTE.match(insight)
+            and all(speaks_of(c, words, names) == "listener" for c in own_tops) and not _QUOTE.match(insight)
             and not (SECOND_PERSON | SPEECH_VERBS) & set(_lower_words(insight))):
         return first[who], first[key]
     return None
 
 
-def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str]
+def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str], about_self: bool = False
                  ) -> dict[str, tuple[float, list[str]]]:
     """Speaker (case-folded first name) → (the largest share of ``words`` one of their messages holds, every
-    message of theirs holding it)."""
+    message of theirs holding it). ``about_self``: leave out messages whose part holding ``words`` speaks of the
+    listener ("Is this your own painting?" is no sign the painting is its speaker's)."""
     best: dict[str, tuple[float, list[str]]] = {}
     for speaker, content, _ in lines:
         key = speaker.split()[0].casefold() if speaker.strip() else ""
+        if about_self and speaks_of(content, words, set(first)) == "listener":
+            continue
         share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
         top, tops = best.get(key, (-1.0, []))
         best[key] = (share, [content]) if share > top else (top, [*tops, content]) if share == top else (top, tops)
@@ -507,7 +514,7 @@ def _teller_swapped(insight: str, lines: list[SourceLine], first: dict[str, str]
     best = _best_shares(words, lines, first)
     own = best.get(teller, (0.0, []))[0]
     share, tops = best.get(listener, (0.0, []))
-    if _clear(share, len(words)) and own < share / 2 and all(_speaks_of(c) == "self" for c in tops):
+    if _clear(share, len(words)) and own < share / 2 and all(speaks_of(c, words, set(first)) == "self" for c in tops):
         return first[teller], first[listener]
     return None
 
@@ -517,9 +524,17 @@ def _clear(share: float, n_words: int) -> bool:
     return share >= ATTRIBUTION_OVERLAP and round(share * n_words) >= 2
 
 
-def _speaks_of(content: str) -> str | None:
-    """``"self"`` (more first- than second-person words), ``"listener"`` (the reverse) or None (a tie)."""
-    mine, yours = _person_counts(content)
+def speaks_of(content: str, words: set[str] | None = None, names: set[str] = frozenset()) -> str | None:
+    """``"self"`` (more first- than second-person words), ``"listener"`` (the reverse) or None (a tie), counted
+    over the sentences of ``content`` that hold one of ``words`` (stemmed content words; all sentences when none
+    does or ``words`` is None): in "Hey Sam! I'm swamped with work. What's up with you?" the part about work
+    speaks of its speaker, though the whole message says "you" twice. ``names``: case-folded first names, not
+    content words."""
+    part = content
+    if words:
+        held = [s for s in split_sentences(content) if words & {_stem(w) for w in content_words(s, names)}]
+        part = " ".join(held) or content
+    mine, yours = _person_counts(part)
     return "self" if mine > yours else "listener" if yours > mine else None
 
 

@@ -211,6 +211,31 @@ def test_a_fact_taken_from_a_speakers_words_about_the_listener_is_about_the_list
     assert misattributed_to("Melanie said you have a caring heart.", PRAISE) is None  # says "you": left alone
 
 
+GREETING_THEN_SELF = [
+    ("Caroline", "Hey Mel! Good to see you! How have you been?", None),
+    ("Melanie", "Hey Caroline! Good to see you! I'm swamped with the kids & work. What's up with you? Anything new?",
+     None),
+]
+
+
+def test_a_first_person_sentence_counts_though_the_rest_of_its_message_says_you():
+    # the sentence holding the fact's words speaks of its speaker; the greeting and questions around it do not count
+    assert rule_insight("Caroline was swamped with the kids and work.", GREETING_THEN_SELF) == (
+        "Melanie was swamped with the kids and work.", "reattributed")
+    assert misattributed_to("Melanie is swamped with the kids and work.", GREETING_THEN_SELF) is None
+
+
+ASKED_ABOUT_IT = [
+    ("Caroline", "Thanks, Melanie! That's really sweet. Is this your own painting?", None),
+    ("Melanie", "Yeah, I painted that lake sunrise last year! It's special to me.", None),
+]
+
+
+def test_asking_about_the_listeners_thing_does_not_make_it_the_askers():
+    assert misattributed_to("Caroline's painting is special to her.", ASKED_ABOUT_IT) == ("Caroline", "Melanie")
+    assert misattributed_to("Melanie painted a lake sunrise last year.", ASKED_ABOUT_IT) is None
+
+
 def test_a_tie_with_a_message_about_the_speaker_leaves_the_fact_alone():
     lines = [("Melanie", "Your empathy will help people. Look at this: a painting of a sunset over a lake.", None),
              ("Caroline", "Is this your own painting?", None),

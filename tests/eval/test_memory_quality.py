@@ -108,6 +108,26 @@ def test_units_drop_the_listeners_name_and_pair_a_question_with_its_answer():
     assert not any(u.startswith("Priya (May 2023): It looks fresh. Tomas") for u in units)  # no question asked
 
 
+def test_a_unit_speaking_of_the_listener_is_about_the_listener_and_a_question_alone_states_nothing():
+    lines = [("Priya", "May 2023", "That's really sweet. Is this your own painting?"),
+             ("Tomas", "May 2023", "Yeah, I painted that harbour last year! It's special to me.")]
+    units = dict(mq.support_units(lines))
+    assert units["Priya (May 2023): That's really sweet. Is this your own painting?"] == {"tomas"}
+    assert "Priya (May 2023): Is this your own painting?" not in units
+    assert units["Tomas (May 2023): Yeah, I painted that harbour last year!"] == {"tomas"}
+    # with a third speaker the listener is unknown: the unit is about nobody it does not name
+    crowd = [*lines, ("Ines", "May 2023", "Lovely colours!")]
+    assert dict(mq.support_units(crowd))["Priya (May 2023): That's really sweet. Is this your own painting?"] == set()
+
+
+def test_a_fact_resting_only_on_what_its_subject_said_of_the_listener_is_not_supported():
+    checker = mq.SupportChecker(HashingEmbedder(512), cosine_min=0.3, recall_min=0.5)
+    lines = [("Noor", "May 2023", "So I'm carving out some me-time each day for running."),
+             ("Elias", "May 2023", "Taking time for yourself each day for running is so important.")]
+    assert checker.supported(["Noor is carving out time each day for running.",
+                              "Elias is taking time each day for running."], lines) == [True, False]
+
+
 def test_support_needs_a_unit_about_the_subject_and_no_plan_stated_as_done():
     checker = mq.SupportChecker(HashingEmbedder(512), cosine_min=0.3, recall_min=0.5)
     lines = [("Priya", "May 2023", "Hey Tomas! I repainted the spare room sage green this weekend."),
