@@ -382,7 +382,10 @@ def strip_address(text: str, names: set[str]) -> str:
 
 
 def _stem(word: str) -> str:
-    """Crude suffix stripping (``-ing``, ``-ed``, ``-es``, ``-s``) so "adopting" meets "adopted"."""
+    """Crude suffix stripping (``-ing``, ``-ed``, ``-es``, ``-s``) so "adopting" meets "adopted"; ``-ies``/``-ied``
+    become ``-y`` so "agencies" meets "agency"."""
+    if len(word) > 4 and word.endswith(("ies", "ied")):
+        return word[:-3] + "y"
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
