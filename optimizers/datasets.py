@@ -161,7 +161,7 @@ def distill_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
 
 
 #: Hand-written P_con cases with a known right action (people and facts invented for this project).
-#: Each: (insight, existing entries, action, 1-based targets). Split: cases of ``group`` "a" train, "b" dev.
+#: Each: (insight, existing entries, action, 1-based targets). Split: cases of ``group`` "a" train, "b" dev, "c" test.
 CONSOLIDATION_CASES: list[dict] = [
     {"group": "a", "insight": "Priya now prefers tea over coffee (June 2024).",
      "existing": ["Priya drinks two cups of coffee every morning (March 2024).", "Priya works as a nurse."],
@@ -197,6 +197,22 @@ CONSOLIDATION_CASES: list[dict] = [
      "existing": ["Elsa speaks Swedish and English.", "Elsa's partner is named Bo."], "action": "new", "targets": []},
     {"group": "b", "insight": "Diego's band played its first concert in Madrid in May 2024.",
      "existing": ["Diego plays drums in a band.", "Diego has a brother."], "action": "merge", "targets": [1]},
+    {"group": "c", "insight": "Hana sold her car and now cycles to work.",
+     "existing": ["Hana studies architecture.", "Hana drives to work every day."], "action": "conflict",
+     "targets": [2]},
+    {"group": "c", "insight": "Marco's restaurant closed in February 2024.",
+     "existing": ["Marco runs a small restaurant in Naples.", "Marco has a son named Luca."], "action": "conflict",
+     "targets": [1]},
+    {"group": "c", "insight": "Keiko's cello teacher is a retired orchestra player.",
+     "existing": ["Keiko has a cat.", "Keiko takes cello lessons every Thursday."], "action": "merge",
+     "targets": [2]},
+    {"group": "c", "insight": "Femi married Ada in a small ceremony in Lagos in July 2024.",
+     "existing": ["Femi is engaged to Ada.", "Femi works as a pharmacist."], "action": "merge", "targets": [1]},
+    {"group": "c", "insight": "Dario's sister Paola is training to be a nurse.",
+     "existing": ["Dario works night shifts on an ambulance crew.", "Dario lives in Turin."], "action": "new",
+     "targets": []},
+    {"group": "c", "insight": "Noor's neighbour Elias grows tomatoes on his balcony.",
+     "existing": ["Noor grows herbs on her windowsill.", "Noor makes pottery."], "action": "new", "targets": []},
 ]
 
 
@@ -229,7 +245,7 @@ def _pair_cases(path: Path = CONSOLIDATION_PAIRS_PATH) -> list[dict]:
 
 
 def consolidation_cases(group: str | None = None) -> list[dict]:
-    """``CONSOLIDATION_CASES`` (groups "a", "b") plus the labelled pairs (``_pair_cases``: "a", "b", "c"):
+    """``CONSOLIDATION_CASES`` (groups "a", "b", "c") plus the labelled pairs (``_pair_cases``: "a", "b", "c"):
     "a" = train, "b" = dev, "c" = test, None = all."""
     return [c for c in [*CONSOLIDATION_CASES, *_pair_cases()] if group is None or c["group"] == group]
 

@@ -450,7 +450,7 @@ def test_consolidate_cases_are_rendered_as_the_pipeline_renders_and_split_three_
     from nemori_dspy.optimizers.datasets import consolidate_examples
 
     train, dev, test = (consolidate_examples(g) for g in "abc")
-    assert len(train) >= 30 and len(dev) >= 30 and len(test) >= 20
+    assert len(train) >= 30 and len(dev) >= 30 and len(test) >= 30
     assert not {ex.insight for ex in train} & {ex.insight for ex in test}
     for ex in train + dev + test:  # render_fact's date prefix on both sides, render_entries' numbering
         assert ex.insight.startswith("(2024-06-01) ") and ex.existing_entries.startswith("[1] (2024-")
