@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from nemori_dspy.runtime import Runtime
 
 __all__ = ["LOCOMO_URL", "RunContext", "settings_from_flags", "resolve_dataset", "run_dir", "split_ids",
-           "build_memory", "memory_provider", "locomo_judges", "load_program_ref"]
+           "build_memory", "memory_provider", "locomo_judges", "load_program_ref", "stage_models"]
 
 LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/3eb6f2c585f5e1699204e3c3bdf7adc5c28cb376/data/locomo10.json"
 
@@ -233,3 +233,19 @@ class RunContext:
                         db: str | None = None) -> tuple[Any, str]:
         """``memory_provider(self.settings, rt, ...)``: the evals' and optimize's stores."""
         return memory_provider(self.settings, rt, data_sha, program, sessions, db)
+
+
+def stage_models(rt: Any) -> str:
+    """Which stages run on a model other than the runtime's default, for a run's first line: ``"memory stages (all
+    but partition) on local:1.5b"`` (``local_memory_model``) or ``"narrate, distill on <litellm model>"``
+    (``stage_lms``); ``rt`` is a started runtime with ``stage_lms`` and ``settings``. ``""`` when none does."""
+    if not rt.stage_lms:
+        return ""
+    from nemori_dspy.config import MEMORY_WRITING_STAGES
+
+    size = rt.settings.local_memory_model
+    local = bool(size) and rt.settings.model == "local"
+    label = f"local:{size}" if local else ", ".join(sorted({getattr(lm, "model", "?") for lm in rt.stage_lms.values()}))
+    stages = ("memory stages (all but partition)" if set(rt.stage_lms) == set(MEMORY_WRITING_STAGES)
+              else ", ".join(sorted(rt.stage_lms)))
+    return f"{stages} on {label}"

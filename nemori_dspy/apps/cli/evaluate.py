@@ -18,7 +18,7 @@ import click
 from nemori_dspy.apps.cli.options import (EVAL_SETTINGS, POSITIVE_INT, SLICE_HELP, compose, configure_logging,
                                           data_option, db_option, no_cache_option, out_option, program_and_tracking_options,
                                           setting_options, verbose_option)
-from nemori_dspy.apps.context import RunContext, locomo_judges, resolve_dataset, run_dir, split_ids
+from nemori_dspy.apps.context import RunContext, locomo_judges, resolve_dataset, run_dir, split_ids, stage_models
 
 if TYPE_CHECKING:  # pragma: no cover - the eval (pydantic) is imported when a command runs, not for --help
     from nemori_dspy.eval.summary import RunResult
@@ -350,14 +350,7 @@ def _ready_line(rt: Any, no_judge: bool, t0: float) -> str:
     the memory part only when stages run on another model (``local_memory_model``, ``stage_lms``)."""
     parts = ["no judge" if no_judge else f"judge {rt.judge_label}"]
     if rt.stage_lms:
-        from nemori_dspy.config import MEMORY_WRITING_STAGES
-
-        size = rt.settings.local_memory_model
-        local = bool(size) and rt.settings.model == "local"
-        label = f"local:{size}" if local else ", ".join(sorted({getattr(lm, "model", "?") for lm in rt.stage_lms.values()}))
-        stages = ("memory stages (all but partition)" if set(rt.stage_lms) == set(MEMORY_WRITING_STAGES)
-                  else ", ".join(sorted(rt.stage_lms)))
-        parts.append(f"{stages} on {label}")
+        parts.append(stage_models(rt))
     return f"model {rt.model_label} ({'; '.join(parts)}) ready in {time.perf_counter() - t0:.1f}s"
 
 

@@ -21,7 +21,7 @@ import click
 
 from nemori_dspy.apps.cli.options import (OPTIMIZE_SETTINGS, POSITIVE_INT, SLICE_HELP, data_option, no_cache_option,
                                           out_option, setting_options, verbose_option)
-from nemori_dspy.apps.context import RunContext, resolve_dataset, run_dir, split_ids
+from nemori_dspy.apps.context import RunContext, resolve_dataset, run_dir, split_ids, stage_models
 from nemori_dspy.optimizers.names import OPTIMIZERS  # a constant: no dspy, no metrics module
 
 if TYPE_CHECKING:
@@ -234,8 +234,10 @@ def _optimize(args: Any, ctx: RunContext, run: Any, stages: list[str], convs: di
     train_ids, dev_ids, test_ids = splits
     settings = ctx.settings
     with ctx.runtime(_reflection(settings, args.reflection_model)) as rt:
-        print(f"student {rt.model_label}, reflection {rt.judge_label if args.reflection_model != 'none' else 'none'} "
-              f"ready in {time.perf_counter() - t0:.1f}s", flush=True)
+        memory = f" ({stage_models(rt)})" if rt.stage_lms else ""
+        print(f"student {rt.model_label}{memory}, reflection "
+              f"{rt.judge_label if args.reflection_model != 'none' else 'none'} ready in {time.perf_counter() - t0:.1f}s",
+              flush=True)
         provider, _ = ctx.memory_provider(rt, data_sha, program, sessions.label() if sessions else None)
         system = SYSTEMS["nemori"]
         memory, records = provider.memory(system), provider.record_path(system)
