@@ -293,6 +293,7 @@ def _split_lines(r: StageResult, split: str) -> list[str]:
 
     before, after = r.scores(split)
     what = ("the optimizer selected on it: optimistic" if split == "dev" else
+            "labelled cases of group c, which no optimizer step saw" if r.stage == "consolidate" else
             "conversations no optimizer step saw")
     n = r.n_dev if split == "dev" else r.n_test
     lines = [f"  {split} ({what}), {n} examples:", f"    before {before.cell()}",
