@@ -291,8 +291,9 @@ def support_units(lines: Sequence[SupportLine], people: set[str] | None = None) 
 
     A unit is about the people its text names and about whom it speaks of (``insight_rules.speaks_of``): its
     speaker, or, when it speaks of its listener ("Painting looks like a great outlet for you", more second- than
-    first-person words), the other speaker of a chat of two (nobody else in a larger chat). So "Caroline paints" rests on no line of Caroline's
-    about Melanie's painting, and a question ("Is this your own painting?") states nothing on its own.
+    first-person words), the other speaker of a chat of two (nobody else in a larger chat). So "Caroline paints"
+    rests on no line of Caroline's about Melanie's painting, and a question ("Is this your own painting?") states
+    nothing on its own.
 
     Args:
         lines: the messages, in order, as ``SupportLine``.
@@ -300,8 +301,8 @@ def support_units(lines: Sequence[SupportLine], people: set[str] | None = None) 
     Returns:
         ``(unit, people it is about)`` pairs, ``[]`` for no message.
     """
-    names = people if people is not None else {who.split()[0].casefold() for who, _, _ in lines if who.strip()}
     speakers = {who.split()[0].casefold() for who, _, _ in lines if who.strip()}
+    names = people if people is not None else speakers
     out: list[tuple[str, set[str]]] = []
     question: tuple[str, set[str]] | None = None
     for who, stamp, content in lines:

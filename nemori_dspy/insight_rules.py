@@ -468,13 +468,13 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
         return None
     best = _best_shares(words, lines, first)
     own, own_tops = best.get(who, (0.0, []))
-    own_about_self = _best_shares(words, lines, first, about_self=True).get(who, (0.0, []))[0]
     others = sorted(((share, key, tops) for key, (share, tops) in best.items() if key != who), reverse=True)
     if not others:
         return None
     share, key, tops = others[0]
     names = set(first)
-    if (_clear(share, len(words)) and own_about_self < share / 2
+    if (_clear(share, len(words))
+            and _best_shares(words, lines, first, about_self=True).get(who, (0.0, []))[0] < share / 2
             and all(speaks_of(c, words, names) == "self" for c in tops)
             and not any(who in people_named(_without_address(c, who), {who}) for c in tops)):
         return first[who], first[key]

@@ -234,8 +234,8 @@ def _optimize(args: Any, ctx: RunContext, run: Any, stages: list[str], convs: di
     train_ids, dev_ids, test_ids = splits
     settings = ctx.settings
     with ctx.runtime(_reflection(settings, args.reflection_model)) as rt:
-        memory = f" ({stage_models(rt)})" if rt.stage_lms else ""
-        print(f"student {rt.model_label}{memory}, reflection "
+        served = f" ({stage_models(rt)})" if rt.stage_lms else ""
+        print(f"student {rt.model_label}{served}, reflection "
               f"{rt.judge_label if args.reflection_model != 'none' else 'none'} ready in {time.perf_counter() - t0:.1f}s",
               flush=True)
         provider, _ = ctx.memory_provider(rt, data_sha, program, sessions.label() if sessions else None)
