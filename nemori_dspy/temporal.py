@@ -11,13 +11,15 @@ only finds the expressions (``dateparser.search`` misses "last week" and reads "
 
 from __future__ import annotations
 
+import calendar
 import re
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 
 import dateparser
 
-__all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN", "strip_relative_notes"]
+__all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN", "strip_relative_notes",
+           "date_spans", "dates_agree"]
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|couple of)"
 _UNIT = r"(?:day|week|month|year)s?"
@@ -110,3 +112,85 @@ def strip_relative_notes(text: str) -> str:
         return "" if _PATTERN.fullmatch(inner.strip()) else match.group(0)
 
     return re.sub(r"\s*\(([^()]{1,40})\)", drop, text)
+
+
+_MONTH_NAMES = "january|february|march|april|may|june|july|august|september|october|november|december"
+_MONTH_NUMBER = {name: i for i, name in enumerate(_MONTH_NAMES.split("|"), 1)}
+_ABSOLUTE = re.compile(
+    rf"\b(?:(?P<week>the week of )?(?P<d1>\d{{1,2}})(?:st|nd|rd|th)? (?P<m1>{_MONTH_NAMES}),? (?P<y1>\d{{4}})"
+    rf"|(?P<m2>{_MONTH_NAMES}) (?P<d2>\d{{1,2}})(?:st|nd|rd|th)?,? (?P<y2>\d{{4}})"
+    rf"|(?P<m3>{_MONTH_NAMES}),? (?P<y3>\d{{4}})"
+    rf"|(?P<d5>\d{{1,2}})(?:st|nd|rd|th)? (?P<m5>{_MONTH_NAMES})"
+    r"|(?P<iso>\d{4}-\d{2}-\d{2})"
+    r"|(?P<y4>(?:19|20)\d{2}))\b",
+    re.IGNORECASE,
+)
+DateSpan = tuple[date, date]
+
+
+def _span(m: re.Match[str], year: int | None) -> DateSpan | None:
+    g = m.groupdict()
+    try:
+        if g["d5"]:
+            if year is None:
+                return None
+            day = date(year, _MONTH_NUMBER[g["m5"].lower()], int(g["d5"]))
+            return day, day
+        if g["iso"]:
+            day = date.fromisoformat(g["iso"])
+            return day, day
+        if g["y4"]:
+            year = int(g["y4"])
+            return date(year, 1, 1), date(year, 12, 31)
+        if g["m3"]:
+            year, month = int(g["y3"]), _MONTH_NUMBER[g["m3"].lower()]
+            return date(year, month, 1), date(year, month, calendar.monthrange(year, month)[1])
+        d, mon, y = (g["d1"], g["m1"], g["y1"]) if g["d1"] else (g["d2"], g["m2"], g["y2"])
+        day = date(int(y), _MONTH_NUMBER[mon.lower()], int(d))
+    except ValueError:  # 31 February, month 13: no date
+        return None
+    return (day, day + timedelta(days=6)) if g["week"] else (day, day)
+
+
+def date_spans(text: str, year: int | None = None) -> list[DateSpan]:
+    """The absolute dates ``text`` states, each as a closed span ``(first day, last day)``.
+
+    Recognised: ``7 May 2023`` / ``May 7, 2023`` / ``2023-05-07`` (one day), ``the week of 7 May 2023`` (7 days),
+    ``May 2023`` (the month), ``2022`` (the year, 1900–2099): the forms ``annotate_relative_dates`` writes and
+    the pipeline's fact and episode dates; ``2 February`` too when ``year`` is given (a speaker's own date, read in
+    the year the message was sent). Impossible dates (``31 February 2023``) are skipped.
+
+    Returns:
+        spans in the order found; ``[]`` when ``text`` states no date.
+    """
+    return [span for m in _ABSOLUTE.finditer(text) if (span := _span(m, year)) is not None]
+
+
+def _overlap(a: DateSpan, b: DateSpan) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def dates_agree(claim: str, source: str, sent: str = "") -> bool:
+    """Whether the dates ``claim`` (a fact or a narrative sentence) states agree with its ``source`` message text.
+
+    Every date of the claim must overlap a date of the source or ``sent`` (when the message was sent, e.g.
+    ``"May 2023"``), and when the source dates its event, at least one date of the claim must overlap one of the
+    source's: "Sofia got married in June 2023" does not rest on "we got married in 2018 (5 years ago)" sent in
+    June 2023, while "On 8 May 2023 Caroline said she went to a group on 7 May 2023" rests on a message of May 2023
+    dating the group 7 May 2023. A claim without a date always agrees. Read relative dates resolved
+    (``annotate_relative_dates``) on both sides.
+
+    Args:
+        claim: the text to check.
+        source: the message content (without the speaker and stamp).
+        sent: the text of the message's send date (any form ``date_spans`` reads; "" for unknown).
+    """
+    wanted = date_spans(claim)
+    if not wanted:
+        return True
+    sent_spans = date_spans(sent)
+    stated = date_spans(source, sent_spans[0][0].year if sent_spans else None)
+    if stated and not any(_overlap(w, s) for w in wanted for s in stated):
+        return False
+    known = stated + sent_spans
+    return all(any(_overlap(w, k) for k in known) for w in wanted)

@@ -4,7 +4,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nemori_dspy.temporal import annotate_relative_dates, resolve_relative_date
+from datetime import date
+
+from nemori_dspy.temporal import annotate_relative_dates, date_spans, dates_agree, resolve_relative_date
 
 SAID = datetime(2023, 5, 24, 10, 0)  # a Wednesday
 
@@ -54,3 +56,27 @@ def test_strip_relative_notes_drops_only_the_relative_expressions_annotate_wrote
 
     assert strip_relative_notes("Camping in June 2023 (next month).") == "Camping in June 2023."
     assert strip_relative_notes("Mel (my friend) paints.") == "Mel (my friend) paints."
+
+
+def test_date_spans_reads_days_weeks_months_years_and_a_bare_day_in_a_given_year():
+    text = "on 20 May 2023 (last Saturday), in the week of 8 May 2023, in June 2023, in 2018, on 2023-05-07, 2 February"
+    assert date_spans(text) == [(date(2023, 5, 20), date(2023, 5, 20)), (date(2023, 5, 8), date(2023, 5, 14)),
+                                (date(2023, 6, 1), date(2023, 6, 30)), (date(2018, 1, 1), date(2018, 12, 31)),
+                                (date(2023, 5, 7), date(2023, 5, 7))]
+    assert date_spans("born on 2 February", year=2023) == [(date(2023, 2, 2), date(2023, 2, 2))]
+    assert date_spans("on 31 February 2023 at 20 past") == []
+
+
+@pytest.mark.parametrize("claim, source, sent, agree", [
+    ("Sofia got married in June 2023.", "we got married in 2018 (5 years ago)", "June 2023", False),
+    ("Sofia got married in 2018.", "we got married in 2018 (5 years ago)", "June 2023", True),
+    ("Priya hiked on 21 May 2023.", "I hiked on 20 May 2023 (last Saturday)", "May 2023", False),
+    ("Priya hiked in May 2023.", "I hiked on 20 May 2023 (last Saturday)", "May 2023", True),
+    ("Priya hiked on 21 May 2023.", "I hiked the ridge", "May 2023", True),  # undated message: its send month
+    ("Priya hiked on 21 July 2023.", "I hiked the ridge", "May 2023", False),
+    ("On 8 May 2023 Ana said she went on 7 May 2023.", "I went on 7 May 2023 (yesterday)", "May 2023", True),
+    ("Elias's daughter was born on 2 February 2023.", "she was born on 2 February", "March 2023", True),
+    ("Priya hiked the ridge.", "I hiked on 20 May 2023 (last Saturday)", "May 2023", True),  # no date claimed
+])
+def test_dates_agree_needs_the_event_date_the_message_gives(claim, source, sent, agree):
+    assert dates_agree(claim, source, sent) is agree

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nemori_dspy.embedders import HashingEmbedder, find_minilm_dir
@@ -140,6 +141,32 @@ def test_support_needs_a_unit_about_the_subject_and_no_plan_stated_as_done():
                                "Tomas said on 2023-05-08: \u201cI repainted the spare room sage green this weekend.\u201d"],
                               lines)
     assert flags == [True, False, False, True, True, False]
+
+
+def test_support_needs_the_date_the_message_gives_and_no_past_event_told_as_a_plan():
+    checker = mq.SupportChecker(HashingEmbedder(512), cosine_min=0.3, recall_min=0.5)
+    lines = [("Sofia", "June 2023", "Thanks Noor! We got married in 2018 (5 years ago) at the lake house."),
+             ("Malik", "May 2023", "I ran the charity 5k on 20 May 2023 (last Saturday) with my cousin."),
+             ("Wren", "July 2023", "Went to the harbour festival with my sister, so much fun."),
+             ("Keiko", "June 2023", "I wanted to tell you about my school talk in the week of 2 June 2023 (last week).")]
+    flags = checker.supported(["Sofia got married at the lake house in 2018.",
+                               "Sofia got married at the lake house in June 2023.",  # the send month, not the event's
+                               "Malik ran the charity 5k with his cousin on 20 May 2023.",
+                               "Malik ran the charity 5k with his cousin on 21 May 2023.",  # a day off
+                               "Malik ran the charity 5k with his cousin in May 2023.",  # coarser, still right
+                               "Malik is planning to run the charity 5k with his cousin.",  # done, told as a plan
+                               "Wren went to the harbour festival with her sister in July 2023.",  # the send month
+                               "Keiko is looking forward to her school talk in June 2023."],  # "in the week of" is past
+                              lines, {"sofia", "malik", "wren", "noor", "keiko"})
+    assert flags == [True, False, True, False, True, False, True, False]
+
+
+def test_a_unit_supports_through_its_message_text_not_only_its_speaker_and_month():
+    checker = mq.SupportChecker.with_matcher(type("Yes", (), {"match_matrix": staticmethod(
+        lambda texts, units: np.ones((len(texts), len(units)), dtype=bool))})())
+    lines = [("Melanie", "June 2023", "Great news, I painted a lake at sunrise!")]
+    assert checker.supported(["Melanie put on her wedding dress in June 2023.", "Melanie painted a lake in June 2023."],
+                             lines) == [False, True]
 
 
 def _store(tmp_path: Path, conv) -> SQLiteStore:
