@@ -61,6 +61,7 @@ GUARDS: dict[str, tuple[str, str]] = {
     "insights": ("distill", "insights kept for consolidation"),
     "insights_attributed": ("distill", "copied chat line or message stored as an attributed, dated fact"),
     "insights_reattributed": ("distill", "fact crediting one speaker with another's words: name put right"),
+    "insights_redated": ("distill", "fact dating its event otherwise than the message telling it: date put right"),
     "noise_insights_dropped": ("distill", "insight quoting machine noise: dropped"),
     "insights_dropped.demo_echo": ("distill", "insight restating a seed demo, not the episode: dropped"),
     "insights_dropped.question": ("distill", "insight was a question: dropped"),

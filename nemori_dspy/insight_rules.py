@@ -31,7 +31,10 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Sequence
+
+from .temporal import annotate_relative_dates, date_mentions, dates_agree
 
 if TYPE_CHECKING:
     from .types import StoredMessage
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_reported_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "SPEECH_VERBS",
+           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of"]
@@ -553,6 +556,59 @@ def reattribute(insight: str, lines: list[SourceLine], second_person: bool = Tru
         return re.sub(rf"\b({re.escape(named)}|{re.escape(speaker)})\b", lambda m: swap[m.group(1).casefold()],
                       insight, flags=re.IGNORECASE), True
     return re.sub(rf"\b{re.escape(named)}\b", speaker, insight, flags=re.IGNORECASE), True
+
+
+def _telling(insight: str, lines: list[SourceLine]) -> tuple[str, datetime] | None:
+    """(the message text, relative dates resolved, and its send time) of the one dated message holding the most
+    of ``insight``'s content words (dates aside), when it holds at least half of them and no other holds as many."""
+    speakers = {speaker for speaker, _, _ in lines}
+    bare = insight
+    for start, end, _ in reversed(date_mentions(insight)):
+        bare = bare[:start] + bare[end:]
+    words = {_stem(w) for w in content_words(bare, speakers)}
+    if len(words) < 2:
+        return None
+    scored = sorted(((len(words & {_stem(w) for w in content_words(content, speakers)}) / len(words), content, day)
+                     for _, content, day in lines if day), key=lambda x: -x[0])
+    if not scored or scored[0][0] < 0.5 or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+        return None
+    _, content, day = scored[0]
+    when = datetime.fromisoformat(day)
+    return (content if date_mentions(content, when.year) else annotate_relative_dates(content, when)), when
+
+
+def redate(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
+    """``(text, changed)``: ``insight`` with the date it gives its event put right from the message that tells the
+    event, when that message dates it otherwise (``temporal.dates_agree``): "Melanie got married on 8 June 2023"
+    from "5 years already! … my wedding in 2018 (5 years ago)" sent 9 June 2023 → "Melanie got married in 2018".
+
+    The telling message is the one dated message holding the most of the insight's content words (at least half,
+    no tie); it must state exactly one date, which replaces each of the insight's dates it does not overlap, with
+    "on" for a day and "in" for a week, month or year. Unchanged otherwise (no date in the insight, no clear
+    telling message, the dates agree, or the message states none or several)."""
+    mentions = date_mentions(insight)
+    if not mentions or not lines:
+        return insight, False
+    found = _telling(insight, lines)
+    if found is None:
+        return insight, False
+    text, when = found
+    if dates_agree(insight, text, f"{when:%B %Y}"):
+        return insight, False
+    stated = date_mentions(text, when.year)
+    if len({span for _, _, span in stated}) != 1:
+        return insight, False
+    start0, end0, right = stated[0]
+    phrase = text[start0:end0]
+    out = insight
+    for start, end, span in reversed(mentions):
+        if span[0] <= right[1] and right[0] <= span[1]:
+            continue
+        head = re.sub(r"\b(?:on|in|during)\s+$", "", out[:start])
+        prep = "" if phrase.lower().startswith("the week") and head.rstrip().endswith(("in", "of")) else (
+            "on " if right[0] == right[1] else "in ")
+        out = head + prep + phrase + out[end:]
+    return out, out != insight
 
 
 def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]:

@@ -19,7 +19,7 @@ from functools import lru_cache
 import dateparser
 
 __all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN", "strip_relative_notes",
-           "date_spans", "dates_agree"]
+           "date_spans", "date_mentions", "dates_agree"]
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|couple of)"
 _UNIT = r"(?:day|week|month|year)s?"
@@ -152,6 +152,12 @@ def _span(m: re.Match[str], year: int | None) -> DateSpan | None:
     return (day, day + timedelta(days=6)) if g["week"] else (day, day)
 
 
+def date_mentions(text: str, year: int | None = None) -> list[tuple[int, int, DateSpan]]:
+    """``(start, end, span)`` of each absolute date ``text`` states (``date_spans``' forms), in order: where the
+    words are, for a caller that rewrites them."""
+    return [(m.start(), m.end(), span) for m in _ABSOLUTE.finditer(text) if (span := _span(m, year)) is not None]
+
+
 def date_spans(text: str, year: int | None = None) -> list[DateSpan]:
     """The absolute dates ``text`` states, each as a closed span ``(first day, last day)``.
 
@@ -163,7 +169,7 @@ def date_spans(text: str, year: int | None = None) -> list[DateSpan]:
     Returns:
         spans in the order found; ``[]`` when ``text`` states no date.
     """
-    return [span for m in _ABSOLUTE.finditer(text) if (span := _span(m, year)) is not None]
+    return [span for _, _, span in date_mentions(text, year)]
 
 
 def _overlap(a: DateSpan, b: DateSpan) -> bool:

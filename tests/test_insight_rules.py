@@ -439,3 +439,32 @@ def test_a_first_person_sentence_copying_no_message_is_dropped_unless_it_is_all_
 def test_a_third_person_narrative_is_left_alone():
     text = "Noor told Dario that she ran a half marathon for the food bank on 8 April 2023."
     assert quote_first_person(text, _RUN_LINES) == (text, 0, 0)
+
+
+# --- redate: a fact's date put right from the message that tells its event
+from nemori_dspy.insight_rules import redate  # noqa: E402
+
+_RACE = [("Melanie", "I ran a charity race for mental health last Saturday with my sister.", "2023-05-25"),
+         ("Caroline", "Wow, that is great! I went to the pottery fair in the week of 8 May 2023.", "2023-05-25"),
+         ("Melanie", "We moved to this house in 2019 and love the garden.", "2023-05-25")]
+
+
+@pytest.mark.parametrize("fact, expected", [
+    ("Melanie ran a charity race for mental health on 25 May 2023.",
+     "Melanie ran a charity race for mental health on 20 May 2023."),  # the send day for the event's
+    ("Melanie ran a charity race for mental health in June 2023.",
+     "Melanie ran a charity race for mental health on 20 May 2023."),
+    ("Caroline went to the pottery fair on 25 May 2023.", "Caroline went to the pottery fair in the week of 8 May 2023."),
+    ("Melanie moved to the house with the garden in 2023.", "Melanie moved to the house with the garden in 2019."),
+])
+def test_redate_puts_the_telling_message_date_in(fact, expected):
+    assert redate(fact, _RACE) == (expected, True)
+
+
+@pytest.mark.parametrize("fact", [
+    "Melanie ran a charity race for mental health in May 2023.",  # coarser, agrees
+    "Melanie ran a charity race for mental health.",  # no date claimed
+    "Melanie adopted a kitten on 2 May 2023.",  # no message tells it
+])
+def test_redate_leaves_a_fact_alone_when_it_agrees_or_nothing_tells_its_event(fact):
+    assert redate(fact, _RACE) == (fact, False)

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, no_subject, people_named, rule_insight,
-                             source_lines, word_key)
+from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, no_subject, people_named, redate,
+                             rule_insight, source_lines, word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..recording import stage_meta
@@ -131,7 +131,10 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
     4. a fact with no predicate (``junk.is_fragment``: ``"reading"``, ``"but when I look after myself"``) →
        ``insights_dropped.fragment``;
     5. with messages, a fact opening with a bare pronoun that names no speaker (``no_subject``: "They share
-       stories and advice.") → ``insights_dropped.no_subject``.
+       stories and advice.") → ``insights_dropped.no_subject``;
+    6. with messages, a fact dating its event otherwise than the message that tells it (``insight_rules.redate``:
+       "ran a charity race on 25 May 2023" for "I ran … on 20 May 2023 (last Saturday)") gets the message's date,
+       ``insights_redated``.
 
     A third-person fact restating a message (``"Caroline went to an LGBTQ support group on 7 May 2023."``) is kept
     as it is.
@@ -177,6 +180,11 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
         return None, "fragment"
     if outcome == "kept" and lines and no_subject(fact, lines):
         return None, "no_subject"
+    if outcome in ("kept", "reattributed") and lines:
+        fact, moved = redate(fact, lines)
+        if moved:
+            tally("insights_redated")
+            log.info("insight %r re-dated as %r", insight[:200], fact[:200])
     return fact, None if outcome == "kept" else outcome
 
 

@@ -745,6 +745,22 @@ def test_a_seed_demo_fact_the_episode_never_said_is_dropped_with_its_reason():
     assert ledger.counters.get("insights_dropped.demo_echo") == 1
 
 
+
+def test_a_fact_misdating_the_event_its_message_dates_gets_the_message_date_and_is_counted():
+    from nemori_dspy.modules.semantic import clean_insights
+    from nemori_dspy.usage import UsageLedger
+
+    rendered = ("[2023-05-25 13:00]\nMelanie: I ran a charity race for mental health last Saturday.\n"
+                "Caroline: That's great, well done!")
+    ledger = UsageLedger()
+    with ledger.charging():
+        kept = clean_insights(["Melanie ran a charity race for mental health on 25 May 2023.",
+                               "Melanie ran a charity race for mental health in May 2023."], rendered)
+    assert kept == ["Melanie ran a charity race for mental health on 20 May 2023.",
+                    "Melanie ran a charity race for mental health in May 2023."]  # coarser but right: kept
+    assert ledger.counters.get("insights_redated") == 1
+
+
 # --- distill_chunk_messages: P_dis on runs of an episode's messages
 
 def _msgs(n: int) -> list[StoredMessage]:
