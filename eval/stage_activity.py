@@ -84,6 +84,8 @@ GUARDS: dict[str, tuple[str, str]] = {
     "consolidation.conflict": ("consolidate", "replaced conflicting entries"),
     "consolidation.deleted": ("consolidate", "entries retired by a merge or conflict"),
     "consolidation.refused_targets": ("consolidate", "P_con named a target out of range or already retired"),
+    "consolidation.merge_refused_junk": ("consolidate", "merged text echoed an instruction or a placeholder: stored "
+                                                        "as new instead"),
     "consolidation.merge_refused_content": ("consolidate", "merged text dropped what the insight or a target "
                                             "states: stored as new instead"),
     "consolidation.merge_refused_quote": ("consolidate", "merged text changed a quoted passage: stored as new "

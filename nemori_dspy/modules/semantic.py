@@ -571,11 +571,14 @@ def glued(merged: str, sources: list[str]) -> bool:
 def merge_refusal(merged: str, insight: str, targets: list[str], speakers: set[str]) -> str | None:
     """Why a P_con merge of ``insight`` into the entries ``targets`` (their texts) as ``merged`` is refused (stored
     as new instead), or None:
-    ``person`` (names other people, ``_keeps_people``), ``content`` (drops what a source states, ``keeps_content``),
-    ``quote`` (changes a quoted passage, ``keeps_quotes``), ``glued`` (only strings its sources together, ``glued``);
-    the first that applies, in that order."""
+    ``junk`` (echoes an instruction, a field description or a placeholder, ``junk.junk_reason``: a tuned P_con wrote
+    "… This information is already present in the existing entries for …" into merged texts), ``person`` (names
+    other people, ``_keeps_people``), ``content`` (drops what a source states, ``keeps_content``), ``quote``
+    (changes a quoted passage, ``keeps_quotes``), ``glued`` (only strings its sources together, ``glued``); the first
+    that applies, in that order."""
     sources = [insight, *targets]
-    checks = (("person", lambda: not _keeps_people(merged, insight, targets, speakers)),
+    checks = (("junk", lambda: junk_reason(merged) is not None),
+              ("person", lambda: not _keeps_people(merged, insight, targets, speakers)),
               ("content", lambda: not keeps_content(merged, sources)),
               ("quote", lambda: not keeps_quotes(merged, sources)),
               ("glued", lambda: glued(merged, sources)))

@@ -718,6 +718,18 @@ def test_a_merge_that_drops_what_a_target_states_is_stored_as_new(tmp_path, ledg
     assert ledger.counters["consolidation.merge_refused_content"] == 1
 
 
+
+def test_a_merge_whose_text_comments_on_memory_is_stored_as_new(tmp_path, ledger):
+    """Seen with the bootstrap-tuned P_con on conv-42: merged texts ending in '… This information is already present
+    in the existing entries for …' were stored as facts."""
+    merged = ("Caroline ran a charity race for mental health and went to an LGBTQ support group on 7 May 2023. "
+              "This information is already present in the existing entries for Caroline.")
+    lm, live = _person_run(tmp_path, chat_reply(action="merge", targets=[1], merged_text=merged),
+                           {"Caroline ran a charity race for mental health.": unit_vector(8)})
+    assert live == {"Caroline ran a charity race for mental health.",
+                    "Caroline went to an LGBTQ support group on 7 May 2023."}
+    assert ledger.counters["consolidation.merge_refused_junk"] == 1
+
 def test_keeps_content_accepts_a_merge_that_keeps_both_facts():
     from nemori_dspy.modules.semantic import keeps_content
 
