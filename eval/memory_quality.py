@@ -403,6 +403,7 @@ class SupportChecker:
         unit_intent = [bool(_INTENT.search(u)) for u in units]
         unit_done = [bool(_BEHIND.search(u)) and not (unit_intent[j] or _FUTURE.search(u) or _AHEAD.search(u))
                      for j, u in enumerate(units)]
+        unit_texts = [_unit_text(u) for u in units]
         out = []
         for i, text in enumerate(texts):
             if is_attributed(text):
@@ -410,8 +411,8 @@ class SupportChecker:
                 continue
             who, intent, plan = _subject(text, speakers), bool(_INTENT.search(text)), bool(_FUTURE.search(text))
             out.append(any(said[i, j] and (who is None or who in unit_people[j]) and (intent or not unit_intent[j])
-                           and not (plan and unit_done[j]) and _dated_alike(text, units[j])
-                           and _body_recall(text, units[j]) >= SUPPORT_BODY_MIN for j in range(len(units))))
+                           and not (plan and unit_done[j]) and dates_agree(text, *unit_texts[j])
+                           and _body_recall(text, unit_texts[j][0]) >= SUPPORT_BODY_MIN for j in range(len(units))))
         return out
 
     @staticmethod
@@ -421,27 +422,21 @@ class SupportChecker:
         return copied_passage(quote, [(w, c, None) for w, _, c in lines], speaker.strip(), COPY_RATIO) is not None
 
 
-def _body(unit: str) -> str:
-    """The message text of a ``support_units`` unit, without its ``"Speaker (Month YYYY): "`` head(s)."""
-    parts = _SUPPORT_LINE.split(unit)
-    return " ".join(parts[3::3]) if len(parts) >= 4 else unit
-
-
-def _body_recall(text: str, unit: str) -> float:
-    """Share of ``text``'s content words, names and months aside, in the message text of ``unit`` (1.0 when it has
-    none): what a unit states beyond whom and when its head names."""
-    t = terms(text)
-    want = t.content - {_stem(w) for w in t.names | t.months}
-    return len(want & terms(_body(unit)).content) / len(want) if want else 1.0
-
-
-def _dated_alike(text: str, unit: str) -> bool:
-    """``temporal.dates_agree`` of ``text`` with a ``support_units`` unit: its message text(s) against their
-    send months."""
+def _unit_text(unit: str) -> tuple[str, str]:
+    """``(message text, send months)`` of a ``support_units`` unit: its text without the ``"Speaker (Month YYYY): "``
+    head(s), and the heads' months (``""`` for a unit without a head)."""
     parts = _SUPPORT_LINE.split(unit)
     if len(parts) < 4:
-        return dates_agree(text, unit)
-    return dates_agree(text, " ".join(parts[3::3]), " ".join(parts[2::3]))
+        return unit, ""
+    return " ".join(parts[3::3]), " ".join(parts[2::3])
+
+
+def _body_recall(text: str, body: str) -> float:
+    """Share of ``text``'s content words, names and months aside, in ``body`` (a unit's message text, ``_unit_text``;
+    1.0 when it has none): what a unit states beyond whom and when its head names."""
+    t = terms(text)
+    want = t.content - {_stem(w) for w in t.names | t.months}
+    return len(want & terms(body).content) / len(want) if want else 1.0
 
 
 def _support_lines(messages: Sequence[StoredMessage]) -> list[SupportLine]:
