@@ -34,7 +34,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Sequence
 
-from .temporal import annotate_relative_dates, date_mentions, dates_agree
+from .temporal import annotate_relative_dates, date_mentions, dates_agree, spans_overlap
 
 if TYPE_CHECKING:
     from .types import StoredMessage
@@ -602,7 +602,7 @@ def redate(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
     phrase = text[start0:end0]
     out = insight
     for start, end, span in reversed(mentions):
-        if span[0] <= right[1] and right[0] <= span[1]:
+        if spans_overlap(span, right):
             continue
         head = re.sub(r"\b(?:on|in|during)\s+$", "", out[:start])
         prep = "" if phrase.lower().startswith("the week") and head.rstrip().endswith(("in", "of")) else (

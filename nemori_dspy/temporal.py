@@ -19,7 +19,7 @@ from functools import lru_cache
 import dateparser
 
 __all__ = ["annotate_relative_dates", "resolve_relative_date", "RELATIVE_DATE_PATTERN", "strip_relative_notes",
-           "date_spans", "date_mentions", "dates_agree"]
+           "date_spans", "date_mentions", "dates_agree", "spans_overlap"]
 
 _NUM = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|couple of)"
 _UNIT = r"(?:day|week|month|year)s?"
@@ -172,7 +172,8 @@ def date_spans(text: str, year: int | None = None) -> list[DateSpan]:
     return [span for _, _, span in date_mentions(text, year)]
 
 
-def _overlap(a: DateSpan, b: DateSpan) -> bool:
+def spans_overlap(a: DateSpan, b: DateSpan) -> bool:
+    """Whether two ``(first day, last day)`` spans (both ends inclusive) share at least one day."""
     return a[0] <= b[1] and b[0] <= a[1]
 
 
@@ -196,7 +197,7 @@ def dates_agree(claim: str, source: str, sent: str = "") -> bool:
         return True
     sent_spans = date_spans(sent)
     stated = date_spans(source, sent_spans[0][0].year if sent_spans else None)
-    if stated and not any(_overlap(w, s) for w in wanted for s in stated):
+    if stated and not any(spans_overlap(w, s) for w in wanted for s in stated):
         return False
     known = stated + sent_spans
-    return all(any(_overlap(w, k) for k in known) for w in wanted)
+    return all(any(spans_overlap(w, k) for k in known) for w in wanted)

@@ -6,7 +6,8 @@ import pytest
 
 from datetime import date
 
-from nemori_dspy.temporal import annotate_relative_dates, date_spans, dates_agree, resolve_relative_date
+from nemori_dspy.temporal import (annotate_relative_dates, date_spans, dates_agree, resolve_relative_date,
+                                   spans_overlap)
 
 SAID = datetime(2023, 5, 24, 10, 0)  # a Wednesday
 
@@ -80,3 +81,10 @@ def test_date_spans_reads_days_weeks_months_years_and_a_bare_day_in_a_given_year
 ])
 def test_dates_agree_needs_the_event_date_the_message_gives(claim, source, sent, agree):
     assert dates_agree(claim, source, sent) is agree
+
+
+def test_spans_overlap_is_inclusive_at_both_ends():
+    june = (date(2023, 6, 1), date(2023, 6, 30))
+    assert spans_overlap(june, (date(2023, 6, 30), date(2023, 7, 6)))  # shares the last day
+    assert spans_overlap((date(2023, 6, 8), date(2023, 6, 8)), june)
+    assert not spans_overlap(june, (date(2023, 7, 1), date(2023, 7, 1)))
