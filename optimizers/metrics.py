@@ -362,8 +362,19 @@ class ObservationMetric:
         if not golds:
             fallback = narrate_metric if self.stage == "narrate" else distill_metric
             return fallback(example, pred, trace, pred_name, pred_trace)
-        score, notes = (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)
+        score, notes, _ = (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)
         return _result(score, " ".join(notes), pred_name)
+
+    def parts(self, example: Any, pred: Any) -> dict[str, float]:
+        """The score's parts for one output, in [0, 1], so reports pair them before/after (``optimize`` prints
+        ``paired recall`` beside the score): ``{"coverage", "faithfulness"}`` for narrate, ``{"recall",
+        "support"}`` for distill (recall of the observations new to memory, support of the insights); ``{}`` for
+        an example without gold observations (scored by the fallback metric). An unusable narrative (echo, copy,
+        empty) has both narrate parts 0, as its score."""
+        golds = [str(g) for g in (getattr(example, "observations", None) or [])]
+        if not golds:
+            return {}
+        return (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)[2]
 
     def _lines(self, messages: str) -> tuple[list[tuple[str, str, str]], set[str]]:
         """The rendered ``messages`` as the support checker's lines ``(speaker, "", content)``, and the speakers."""
@@ -386,7 +397,7 @@ class ObservationMetric:
             return [False] * len(texts)
         return [bool(x) for x in self.matcher.match_matrix(texts, candidates).any(axis=1)]
 
-    def _narrate(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str]]:
+    def _narrate(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str], dict[str, float]]:
         from nemori_dspy.eval.memory_quality import sentences, with_adjacent_pairs
         from nemori_dspy.insight_rules import is_chat_line
         from nemori_dspy.junk import junk_reason
@@ -398,7 +409,7 @@ class ObservationMetric:
             why = (f"it echoes {echo}" if echo else "it is empty" if not narrative.strip() else
                    "it copies a chat line")
             return 0.0, [f"Score 0: the narrative is unusable ({why}). Write a third-person account of what the "
-                         "speakers said and did, with dates."]
+                         "speakers said and did, with dates."], {"coverage": 0.0, "faithfulness": 0.0}
         sents = sentences(narrative)
         covered = self._stated(golds, with_adjacent_pairs(sents))
         supported = self._supported(sents, example.messages)
@@ -414,9 +425,9 @@ class ObservationMetric:
             notes.append("Not in the messages (invented or unclear): " + "; ".join(f"'{t}'" for t in unsupported[:3]))
         if pen:
             notes.append(f"Cue + narrative are {ratio:.0%} as long as the messages (penalty {pen:.2f}).")
-        return 0.5 * coverage + 0.5 * faithful - pen, notes
+        return 0.5 * coverage + 0.5 * faithful - pen, notes, {"coverage": coverage, "faithfulness": faithful}
 
-    def _distill(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str]]:
+    def _distill(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str], dict[str, float]]:
         insights = [str(i) for i in (getattr(pred, "insights", None) or []) if str(i).strip()]
         known = [str(k) for k in (getattr(example, "known_before", None) or [])]
         held = self._stated(golds, known)
@@ -439,7 +450,8 @@ class ObservationMetric:
             notes.append(f"{len(again)} insight(s) restate what memory already knew, e.g. '{again[0]}'.")
         if pen:
             notes.append(f"The insights are {ratio:.0%} as long as the messages (penalty {pen:.2f}).")
-        return 0.5 * recall + 0.5 * support - RESTATEMENT_PENALTY * min(5, len(again)) - pen, notes
+        score = 0.5 * recall + 0.5 * support - RESTATEMENT_PENALTY * min(5, len(again)) - pen
+        return score, notes, {"recall": recall, "support": support}
 
 
 def consolidate_metric(example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,

@@ -174,3 +174,42 @@ def test_observation_metric_rewards_distilling_only_what_memory_missed():
     assert "2 of 3 gold observations were new" in fb and "horses" in fb and "Ingrid" in fb
     held = dspy.Example(episode_messages=_MSGS, observations=_OBS[:1], known_before=[_OBS[0]])
     assert metric(held, dspy.Prediction(insights=[])) == 1.0  # nothing new: saying nothing is right
+
+
+def test_observation_metric_parts_split_the_score_for_reports():
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import ObservationMetric
+
+    distill = ObservationMetric(_RecallMatcher(), "distill", _recall_support())
+    ex = dspy.Example(episode_messages=_MSGS, observations=_OBS, known_before=[_OBS[0]])
+    invented = dspy.Prediction(insights=[_OBS[1], "Elias owns three horses in Norway."])
+    assert distill.parts(ex, invented) == {"recall": 0.5, "support": 0.5}  # 1 of 2 new found; 1 of 2 stated
+    assert distill.parts(ex, dspy.Prediction(insights=[_OBS[1], _OBS[2]])) == {"recall": 1.0, "support": 1.0}
+    assert distill.parts(dspy.Example(episode_messages=_MSGS, gold_answers=["Ingrid"]), invented) == {}
+    narrate = ObservationMetric(_RecallMatcher(), "narrate", _recall_support())
+    nex = dspy.Example(messages=_MSGS, observations=_OBS)
+    half = narrate.parts(nex, _narr("Noor went to her first pottery class on Saturday. Noor adopted a parrot named Kiwi."))
+    assert half["coverage"] == pytest.approx(1 / 3) and half["faithfulness"] == 0.5
+    assert narrate.parts(nex, _narr("Noor: I went to my first pottery class on Saturday.")) == {
+        "coverage": 0.0, "faithfulness": 0.0}  # a copied chat line is unusable: both parts 0, as its score
+
+
+def test_score_program_pairs_observation_parts_before_and_after():
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import ObservationMetric
+    from nemori_dspy.optimizers.optimize import score_program
+
+    class Fixed(dspy.Module):
+        def __init__(self, insights):
+            super().__init__()
+            self.insights = insights
+
+        def forward(self, **_):
+            return dspy.Prediction(insights=self.insights)
+
+    metric = ObservationMetric(_RecallMatcher(), "distill", _recall_support())
+    dev = [dspy.Example(episode_messages=_MSGS, observations=_OBS, known_before=[]).with_inputs("episode_messages")]
+    score = score_program(Fixed([_OBS[1]]), dev, metric)
+    assert score.parts == {"recall": [pytest.approx(1 / 3)], "support": [1.0]}
