@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from benchmarks.lm_runtime import SCRIPTED, lm_overrides, lm_runtime
-from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
+from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result, cli_description
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.eval.locomo import LoCoMoConversation, dataset_sha256, load_locomo, parse_sessions, slice_sessions
 from nemori_dspy.eval.metrics import category_scores, format_p, paired_compare, paired_scores, paired_stats
@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         ConfigError: unknown system or slice name; DatasetError: bad data or slice.
     """
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--data", type=Path, default=None, help="locomo10.json or a file in its schema (required "
                                                              "unless --merge)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULT",

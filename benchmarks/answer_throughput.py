@@ -33,7 +33,7 @@ from typing import Any
 import dspy
 
 from benchmarks.parallel_construction import sleeping_lm
-from benchmarks.results_io import table, write_result
+from benchmarks.results_io import table, write_result, cli_description
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
@@ -153,7 +153,7 @@ def run(data: Path | None, threads: int, delay: float, sequential_questions: int
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: run, print the table, write ``results/answer_throughput.json``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--data", type=Path, help="a LoCoMo file (default: the synthetic conversation scaled up)")
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--delay", type=float, default=0.5, help="seconds the scripted LM sleeps per call")

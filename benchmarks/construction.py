@@ -54,6 +54,7 @@ from nemori_dspy.formatting import count_tokens
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.usage import Usage, UsageLedger  # noqa: F401 (Usage: per-stage figures)
+from benchmarks.results_io import cli_description
 
 __all__ = ["CONFIGS", "TARGETS", "ConfigResult", "AnswerOptions", "run", "table", "score_table", "within", "spaced",
            "main", "answer_coverage", "pair_with_first", "paired_score_table"]
@@ -388,7 +389,7 @@ def paired_score_table(results: list[ConfigResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo-format JSON (default: the synthetic one)")
     ap.add_argument("--sessions", default=None, help="LoCoMo slice, e.g. 1-3 (default: all sessions)")
     ap.add_argument("--conversations", default=None, help="comma-separated sample ids (default: all)")

@@ -27,6 +27,7 @@ from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.testing import ScriptedLM, replay_responders
+from benchmarks.results_io import cli_description
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests/data/synthetic_mini.json"
 KINDS = ("timeout", "http_500", "empty", "truncated", "schema_echo", "think_prefix")
@@ -89,7 +90,7 @@ def run(data: Path, rate: float, seed: int, max_flushes: int = 10) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--rate", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)

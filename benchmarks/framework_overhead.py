@@ -23,7 +23,7 @@ from typing import Any
 
 import dspy
 
-from benchmarks.results_io import table, write_result
+from benchmarks.results_io import table, write_result, cli_description
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
@@ -81,7 +81,7 @@ def run(conversations: int, messages: int, profile: bool = False, sort: str = "c
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: run, print the table (and the profile), write ``results/framework_overhead.json``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--conversations", type=int, default=4)
     ap.add_argument("--messages", type=int, default=200, help="turns per conversation")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions")

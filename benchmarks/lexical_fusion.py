@@ -24,6 +24,7 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import resolve_embedder
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import SemanticEntry
+from benchmarks.results_io import cli_description
 
 __all__ = ["load_turns", "recall_table", "main"]
 
@@ -68,7 +69,7 @@ def recall_table(paths: list[Path], ks: list[int], weights: list[float], embedde
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--data", nargs="+", type=Path,
                     default=[Path("tests/data/synthetic_locomo.json"), Path("tests/data/synthetic_mini.json")])
     ap.add_argument("--k", nargs="+", type=int, default=[1, 5, 10])

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from benchmarks.framework_overhead import synthetic_messages
-from benchmarks.results_io import table, write_result
+from benchmarks.results_io import table, write_result, cli_description
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.local_server import LlamaServer
@@ -115,7 +115,7 @@ def run(settings: NemoriSettings, stages: list[str], max_tokens: int, repeats: i
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: run, print the table, write ``results/local_serving.json``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"], help="local model (local_model_size)")
     ap.add_argument("--max-tokens", type=int, default=48, help="output cap per call")
     ap.add_argument("--repeats", type=int, default=1, help="calls per stage and mode")

@@ -20,7 +20,7 @@ from typing import Any
 import dspy
 
 from benchmarks.framework_overhead import synthetic_messages
-from benchmarks.results_io import table, write_result
+from benchmarks.results_io import table, write_result, cli_description
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
@@ -75,7 +75,7 @@ def run(conversations: int, messages: int, delay: float) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: run, print the table, write ``results/parallel_construction.json``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--conversations", type=int, default=10)
     ap.add_argument("--messages", type=int, default=20, help="turns per conversation")
     ap.add_argument("--delay", type=float, default=0.2, help="seconds the scripted LM sleeps per call")

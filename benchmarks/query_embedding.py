@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.results_io import percentile_ms, table, write_result
+from benchmarks.results_io import percentile_ms, table, write_result, cli_description
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import find_minilm_dir, resolve_embedder
 
@@ -76,7 +76,7 @@ def run(n: int, backends: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: run, print the table, write ``results/query_embedding.json``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--backends", default="torch,onnx,onnx-fastembed", help="comma-separated: torch, onnx, "
                     "onnx-fastembed (the ONNX model through fastembed's batch path)")

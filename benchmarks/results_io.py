@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["RESULTS_DIR", "machine", "table", "write_result", "percentile_ms"]
+__all__ = ["RESULTS_DIR", "machine", "table", "write_result", "percentile_ms", "cli_description"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -79,3 +79,9 @@ def percentile_ms(seconds: Sequence[float], q: float) -> float:
     import numpy as np
 
     return float(np.percentile(np.asarray(seconds, dtype=float), q)) * 1000 if len(seconds) else float("nan")
+
+
+def cli_description(doc: str | None) -> str:
+    """A benchmark's ``--help`` description: the first paragraph of its module docstring ``doc`` on one line (a first
+    line alone may stop mid-sentence); "" for no docstring."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
+from benchmarks.results_io import cli_description
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "load-test-token"
@@ -114,7 +115,7 @@ async def run(args: argparse.Namespace, base: str) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=cli_description(__doc__))
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--rounds", type=int, default=10)

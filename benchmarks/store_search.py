@@ -30,6 +30,7 @@ import numpy as np
 
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import Episode, SemanticEntry
+from benchmarks.results_io import cli_description
 
 __all__ = ["build", "measure", "measure_end_to_end", "questions", "main", "TARGETS"]
 
@@ -196,7 +197,7 @@ def _end_to_end_table(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--sizes", nargs="+", type=int, default=[1_000, 10_000, 100_000])
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)

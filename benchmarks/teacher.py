@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmarks.lm_runtime import scratch_memory
-from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result
+from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result, cli_description
 from nemori_dspy.errors import ConfigError
 
 __all__ = ["Row", "ROWS", "row_settings", "score_row", "optimize_rows", "figures", "report", "main"]
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     from nemori_dspy.eval.model import load_program
     from nemori_dspy.optimizers.datasets import narrate_session_examples
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--data", type=Path, required=True, help="locomo10.json or a file in its schema")
     ap.add_argument("--test", required=True, help="comma-separated held-out conversation ids (never tuned on)")
     ap.add_argument("--program", type=Path, default=None, help="the tuned program.json (row 0.5b-tuned)")

@@ -20,6 +20,7 @@ import dspy
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import SIGNATURES
 from nemori_dspy.testing import ScriptedLM, default_responders
+from benchmarks.results_io import cli_description
 
 
 def _calls(n: int, per_trace: int, group: object | None) -> float:
@@ -69,7 +70,7 @@ def run(calls: int, per_trace: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=cli_description(__doc__))
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--per-trace", type=int, default=10)
     a = ap.parse_args()

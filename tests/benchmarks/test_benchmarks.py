@@ -84,3 +84,13 @@ def test_local_serving_toy(tmp_path, capsys):
         assert f[stage]["no_reuse"]["prompt_tokens"] > 100 and f[stage]["prefix_reuse"]["completion_tokens"] >= 1
     assert "prefix reuse" in capsys.readouterr().out
     assert _result(tmp_path, "local_serving")["narrate"]
+
+
+def test_help_description_is_the_docstrings_whole_first_paragraph():
+    from benchmarks.results_io import cli_description
+
+    doc = "Local model serving: seconds per call for each\nstage's prompt, with and without reuse.\n\nusage: ..."
+    assert cli_description(doc) == ("Local model serving: seconds per call for each stage's prompt, with and without "
+                                    "reuse.")
+    assert cli_description(None) == ""
+    assert cli_description(local_serving.__doc__).endswith(".")  # not cut at the docstring's first line break
