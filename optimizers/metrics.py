@@ -355,14 +355,15 @@ class ObservationMetric:
             raise ValueError(f"ObservationMetric stage {stage!r}: must be 'narrate' or 'distill'.")
         self.matcher, self.stage = matcher, stage
         self._support: Any = support
+        self._measured: dict[tuple, tuple[float, list[str], dict[str, float]]] = {}
 
     def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
                  pred_trace: Any = None) -> Any:
-        golds = [str(g) for g in (getattr(example, "observations", None) or [])]
-        if not golds:
+        measured = self._measure(example, pred)
+        if measured is None:
             fallback = narrate_metric if self.stage == "narrate" else distill_metric
             return fallback(example, pred, trace, pred_name, pred_trace)
-        score, notes, _ = (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)
+        score, notes, _ = measured
         return _result(score, " ".join(notes), pred_name)
 
     def parts(self, example: Any, pred: Any) -> dict[str, float]:
@@ -371,10 +372,24 @@ class ObservationMetric:
         "support"}`` for distill (recall of the observations new to memory, support of the insights); ``{}`` for
         an example without gold observations (scored by the fallback metric). An unusable narrative (echo, copy,
         empty) has both narrate parts 0, as its score."""
+        measured = self._measure(example, pred)
+        return {} if measured is None else measured[2]
+
+    def _measure(self, example: Any, pred: Any) -> tuple[float, list[str], dict[str, float]] | None:
+        """``(score, notes, parts)`` of one output against the example's gold observations, None without any;
+        memoised on what it reads, so ``parts`` after a scoring call (``score_program``) embeds nothing again."""
         golds = [str(g) for g in (getattr(example, "observations", None) or [])]
         if not golds:
-            return {}
-        return (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)[2]
+            return None
+        if self.stage == "narrate":
+            key: tuple = (tuple(golds), str(example.messages), str(getattr(pred, "cue", "") or ""),
+                          str(getattr(pred, "narrative", "") or ""))
+        else:
+            key = (tuple(golds), tuple(str(k) for k in (getattr(example, "known_before", None) or [])),
+                   str(example.episode_messages), tuple(str(i) for i in (getattr(pred, "insights", None) or [])))
+        if key not in self._measured:
+            self._measured[key] = (self._narrate if self.stage == "narrate" else self._distill)(example, pred, golds)
+        return self._measured[key]
 
     def _lines(self, messages: str) -> tuple[list[tuple[str, str, str]], set[str]]:
         """The rendered ``messages`` as the support checker's lines ``(speaker, "", content)``, and the speakers."""

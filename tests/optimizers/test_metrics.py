@@ -213,3 +213,24 @@ def test_score_program_pairs_observation_parts_before_and_after():
     dev = [dspy.Example(episode_messages=_MSGS, observations=_OBS, known_before=[]).with_inputs("episode_messages")]
     score = score_program(Fixed([_OBS[1]]), dev, metric)
     assert score.parts == {"recall": [pytest.approx(1 / 3)], "support": [1.0]}
+
+
+def test_observation_metric_parts_after_scoring_embed_nothing_again():
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import ObservationMetric
+
+    class Counting(_RecallMatcher):
+        calls = 0
+
+        def match_matrix(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().match_matrix(*args, **kwargs)
+
+    metric = ObservationMetric(Counting(), "distill", _recall_support())
+    ex = dspy.Example(episode_messages=_MSGS, observations=_OBS, known_before=[_OBS[0]])
+    pred = dspy.Prediction(insights=[_OBS[1]])
+    score = metric(ex, pred)
+    calls = Counting.calls
+    assert metric.parts(ex, pred) == {"recall": 0.5, "support": 1.0} and Counting.calls == calls
+    assert metric(ex, dspy.Prediction(insights=[_OBS[1], _OBS[2]])) > score  # another output is measured anew
