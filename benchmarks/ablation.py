@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from benchmarks.lm_runtime import SCRIPTED, lm_overrides, lm_runtime
-from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result, cli_description
+from benchmarks.results_io import RESULTS_DIR, cli_description, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.eval.locomo import LoCoMoConversation, dataset_sha256, load_locomo, parse_sessions, slice_sessions
 from nemori_dspy.eval.metrics import category_scores, format_p, paired_compare, paired_scores, paired_stats

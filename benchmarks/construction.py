@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 
 from benchmarks.lm_runtime import SCRIPTED, lm_overrides, lm_runtime
 from benchmarks.machine import describe_machine
+from benchmarks.results_io import cli_description
 from nemori_dspy.config import PAPER_FAITHFUL, NemoriSettings
 from nemori_dspy.embedders import Embedder, HashingEmbedder, resolve_embedder
 from nemori_dspy.eval.locomo import LoCoMoConversation, load_locomo, parse_sessions, slice_sessions, stratified_questions
@@ -54,7 +55,6 @@ from nemori_dspy.formatting import count_tokens
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.usage import Usage, UsageLedger  # noqa: F401 (Usage: per-stage figures)
-from benchmarks.results_io import cli_description
 
 __all__ = ["CONFIGS", "TARGETS", "ConfigResult", "AnswerOptions", "run", "table", "score_table", "within", "spaced",
            "main", "answer_coverage", "pair_with_first", "paired_score_table"]

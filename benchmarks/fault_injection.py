@@ -21,13 +21,13 @@ from pathlib import Path
 
 import dspy
 
+from benchmarks.results_io import cli_description
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder
 from nemori_dspy.eval.locomo import load_locomo
 from nemori_dspy.memory import Memory
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.testing import ScriptedLM, replay_responders
-from benchmarks.results_io import cli_description
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests/data/synthetic_mini.json"
 KINDS = ("timeout", "http_500", "empty", "truncated", "schema_echo", "think_prefix")

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.machine import describe_machine, write_result
+from benchmarks.results_io import cli_description
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import resolve_embedder
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import SemanticEntry
-from benchmarks.results_io import cli_description
 
 __all__ = ["load_turns", "recall_table", "main"]
 

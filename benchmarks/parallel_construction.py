@@ -20,7 +20,7 @@ from typing import Any
 import dspy
 
 from benchmarks.framework_overhead import synthetic_messages
-from benchmarks.results_io import table, write_result, cli_description
+from benchmarks.results_io import cli_description, table, write_result
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import HashingEmbedder

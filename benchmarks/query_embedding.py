@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.results_io import percentile_ms, table, write_result, cli_description
+from benchmarks.results_io import cli_description, percentile_ms, table, write_result
 from nemori_dspy.config import NemoriSettings
 from nemori_dspy.embedders import find_minilm_dir, resolve_embedder
 

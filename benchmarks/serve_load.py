@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
+
 from benchmarks.results_io import cli_description
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.results_io import cli_description
 from nemori_dspy.store.sqlite import SQLiteStore
 from nemori_dspy.types import Episode, SemanticEntry
-from benchmarks.results_io import cli_description
 
 __all__ = ["build", "measure", "measure_end_to_end", "questions", "main", "TARGETS"]
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmarks.lm_runtime import scratch_memory
-from benchmarks.results_io import RESULTS_DIR, table as md_table, write_result, cli_description
+from benchmarks.results_io import RESULTS_DIR, cli_description, table as md_table, write_result
 from nemori_dspy.errors import ConfigError
 
 __all__ = ["Row", "ROWS", "row_settings", "score_row", "optimize_rows", "figures", "report", "main"]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import dspy
 
+from benchmarks.results_io import cli_description
 from nemori_dspy.predict import StagePredict
 from nemori_dspy.signatures import SIGNATURES
 from nemori_dspy.testing import ScriptedLM, default_responders
-from benchmarks.results_io import cli_description
 
 
 def _calls(n: int, per_trace: int, group: object | None) -> float:
