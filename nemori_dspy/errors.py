@@ -65,7 +65,8 @@ class ConfigError(NemoriError):
 
 class MissingExtraError(ConfigError, ImportError):
     """A feature needs a package of an optional extra that is not installed (the core install serves memory
-    without the eval, optimize and local-model dependencies); the message names the pip command.
+    without the eval, optimize and local-model dependencies); the message names the pip command, for an installed
+    package and for a source checkout (``pip install -e ".[eval]"`` from the repository root).
 
     Also an ``ImportError``, so code that treats a missing optional dependency as an import failure still does.
 
@@ -79,9 +80,11 @@ class MissingExtraError(ConfigError, ImportError):
     def __init__(self, extra: str, module: str, purpose: str | None = None, alternative: str | None = None) -> None:
         self.extra, self.module = extra, module
         self.command = f'pip install "nemori-dspy[{extra}]"'
+        self.checkout_command = f'pip install -e ".[{extra}]"'
         super().__init__(f"{purpose or 'this feature'} needs {module!r}, which is not installed (it comes with the "
                          f"{extra!r} extra; the core install has only what serving memory needs). "
-                         f"Fix: {self.command}" + (f", or {alternative}" if alternative else ""))
+                         f"Fix: {self.command} (from a source checkout: {self.checkout_command})"
+                         + (f", or {alternative}" if alternative else ""))
         self.name = module
 
 

@@ -131,7 +131,8 @@ def test_the_extras_named_exist_in_pyproject_and_all_holds_every_extra():
 def test_missing_extra_error_is_a_config_and_import_error_naming_the_command():
     exc = MissingExtraError("eval", "nltk", "nemori-dspy eval locomo")
     assert isinstance(exc, ConfigError) and isinstance(exc, ImportError)
-    assert str(exc).endswith('Fix: pip install "nemori-dspy[eval]"') and exc.command == 'pip install "nemori-dspy[eval]"'
+    assert str(exc).endswith('Fix: pip install "nemori-dspy[eval]" (from a source checkout: pip install -e ".[eval]")')
+    assert exc.command == 'pip install "nemori-dspy[eval]"' and exc.checkout_command == 'pip install -e ".[eval]"'
     assert extra_error(ModuleNotFoundError("x", name="nltk.stem")).extra == "eval"
     assert extra_error(ModuleNotFoundError("x", name="nltk"), extra="optimize").extra == "optimize"
     assert extra_error(ModuleNotFoundError("x", name="weaviate"), extra="eval").extra == "weaviate"
