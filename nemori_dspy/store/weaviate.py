@@ -85,15 +85,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import ConfigError, EmbedderMismatchError, NemoriError, NotFoundError, StoreError
+from ..errors import (ConfigError, EmbedderMismatchError, MissingExtraError, NemoriError, NotFoundError,
+                      StoreError)
 from ..types import (Episode, Message, ScoredEpisode, ScoredSemantic, SearchResult, SemanticEntry, SemanticVersion,
                      StoredMessage, instant, metadata_matches, utcnow)
 from .base import replacements, retired_decision
 from .lexical import DEFAULT_LEXICAL_WEIGHT, lexical_text
 from .sqlite import message_key
 
-__all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX",
-           "INSTALL_HINT"]
+__all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION", "DEFAULT_PREFIX"]
 
 #: 1: first release; 2: ``<prefix>Message`` has ``metadata``; 3: ``<prefix>Semantic`` has ``event_start``/
 #: ``event_end`` (ISO text, "" when unknown); 4: ``lexical`` (trigram-tokenised text of episodes and entries);
@@ -101,7 +101,6 @@ __all__ = ["WeaviateStore", "tenant_name", "collection_names", "SCHEMA_VERSION",
 #: Opening older collections adds the missing properties.
 SCHEMA_VERSION = 5
 DEFAULT_PREFIX = "Nemori"
-INSTALL_HINT = "pip install 'nemori-dspy[weaviate]'"
 _SERVER_HINT = ("start a server (docker run -d -p 8080:8080 -p 50051:50051 semitechnologies/weaviate, "
                "version 1.27 or newer) or set NEMORI_STORE=sqlite")
 
@@ -193,8 +192,8 @@ def _import_weaviate() -> SimpleNamespace:
         from weaviate.classes.init import AdditionalConfig, Timeout
         from weaviate.classes.query import Filter, HybridFusion, MetadataQuery, Sort
     except ImportError as exc:
-        raise ConfigError(f"the Weaviate store needs the weaviate-client package ({exc}). Fix: {INSTALL_HINT}, "
-                          "or set NEMORI_STORE=sqlite.") from exc
+        raise MissingExtraError("weaviate", "weaviate", "the Weaviate store",
+                                alternative="set NEMORI_STORE=sqlite") from exc
     return SimpleNamespace(weaviate=weaviate, exc=exceptions, Error=exceptions.WeaviateBaseError,
                            Configure=Configure, DataType=DataType, Property=Property, Tokenization=Tokenization,
                            VectorDistances=VectorDistances, DataObject=DataObject,
@@ -299,7 +298,7 @@ class WeaviateStore:
         init_timeout_s: timeout of the connection checks at start-up.
         naive_timezone: zone naive timestamps are read in when episodes are ordered by time.
     Raises:
-        ConfigError: weaviate-client is not installed (names ``pip install 'nemori-dspy[weaviate]'``),
+        ConfigError: weaviate-client is not installed (``MissingExtraError``, naming ``pip install "nemori-dspy[weaviate]"``),
             or ``url``/``prefix`` is malformed.
         StoreError: the server cannot be reached (names the URL and how to start one), or the
             collections were written by a newer schema version.

@@ -113,7 +113,7 @@ def test_module_imports_without_the_weaviate_package():
             "except ConfigError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "pip install 'nemori-dspy[weaviate]'" in out.stdout
+    assert 'pip install "nemori-dspy[weaviate]"' in out.stdout and "NEMORI_STORE=sqlite" in out.stdout
 
 
 # --------------------------------------------------------------------------- wiring
