@@ -182,6 +182,12 @@ def _parse_url(url: str) -> tuple[str, int, bool]:
     return parts.hostname, parts.port or (443 if secure else 8080), secure
 
 
+def _incompatible_client(exc: ImportError) -> ConfigError:
+    """The error for an installed weaviate-client that lacks what this module imports (an older major version)."""
+    return ConfigError(f"the Weaviate store needs weaviate-client v4 ({exc}). Fix: pip install -U "
+                       "'weaviate-client>=4.24', or set NEMORI_STORE=sqlite.")
+
+
 def _import_weaviate() -> SimpleNamespace:
     """The weaviate-client pieces this module uses, imported on first use (the extra is optional)."""
     try:
@@ -191,9 +197,13 @@ def _import_weaviate() -> SimpleNamespace:
         from weaviate.classes.data import DataObject
         from weaviate.classes.init import AdditionalConfig, Timeout
         from weaviate.classes.query import Filter, HybridFusion, MetadataQuery, Sort
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name != "weaviate":  # the package is there, a module of the v4 client is not: too old
+            raise _incompatible_client(exc) from exc
         raise MissingExtraError("weaviate", "weaviate", "the Weaviate store",
                                 alternative="set NEMORI_STORE=sqlite") from exc
+    except ImportError as exc:
+        raise _incompatible_client(exc) from exc
     return SimpleNamespace(weaviate=weaviate, exc=exceptions, Error=exceptions.WeaviateBaseError,
                            Configure=Configure, DataType=DataType, Property=Property, Tokenization=Tokenization,
                            VectorDistances=VectorDistances, DataObject=DataObject,
@@ -298,8 +308,8 @@ class WeaviateStore:
         init_timeout_s: timeout of the connection checks at start-up.
         naive_timezone: zone naive timestamps are read in when episodes are ordered by time.
     Raises:
-        ConfigError: weaviate-client is not installed (``MissingExtraError``, naming ``pip install "nemori-dspy[weaviate]"``),
-            or ``url``/``prefix`` is malformed.
+        ConfigError: weaviate-client is not installed (``MissingExtraError``, naming the pip command) or too old
+            for the v4 API, or ``url``/``prefix`` is malformed.
         StoreError: the server cannot be reached (names the URL and how to start one), or the
             collections were written by a newer schema version.
     """

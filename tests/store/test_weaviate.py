@@ -116,6 +116,18 @@ def test_module_imports_without_the_weaviate_package():
     assert 'pip install "nemori-dspy[weaviate]"' in out.stdout and "NEMORI_STORE=sqlite" in out.stdout
 
 
+def test_an_installed_client_without_the_v4_api_is_named_too_old_not_missing():
+    code = ("import sys, types; sys.modules['weaviate'] = types.ModuleType('weaviate')\n"
+            "from nemori_dspy.errors import ConfigError, MissingExtraError\n"
+            "from nemori_dspy.store.weaviate import WeaviateStore\n"
+            "try:\n    WeaviateStore('http://127.0.0.1:9')\n"
+            "except ConfigError as e:\n    print(type(e) is ConfigError, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("True ") and "weaviate-client>=4.24" in out.stdout
+    assert "not installed" not in out.stdout
+
+
 # --------------------------------------------------------------------------- wiring
 def test_open_store_builds_the_configured_backend(tmp_path, monkeypatch):
     s = open_store(NemoriSettings(store="sqlite"), tmp_path / "m.db")
