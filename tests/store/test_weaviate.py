@@ -103,29 +103,30 @@ def test_unreachable_server_is_a_store_error_with_the_fix():
     assert "NEMORI_STORE=sqlite" in msg
 
 
-def test_module_imports_without_the_weaviate_package():
-    code = ("import sys; sys.modules['weaviate'] = None\n"
+def _store_error(weaviate_module: str) -> str:
+    """What ``WeaviateStore(...)`` prints in a fresh interpreter whose ``weaviate`` module is ``weaviate_module``
+    (None = not installed): the ConfigError's class (``MissingExtraError`` or ``ConfigError``) and message."""
+    code = (f"import sys, types; sys.modules['weaviate'] = {weaviate_module}\n"
             "import nemori_dspy.store\n"
             "from nemori_dspy.store.weaviate import WeaviateStore, tenant_name\n"
             "assert tenant_name('a')\n"
             "from nemori_dspy.errors import ConfigError\n"
             "try:\n    WeaviateStore('http://127.0.0.1:9')\n"
-            "except ConfigError as e:\n    print(e)\n")
+            "except ConfigError as e:\n    print(type(e).__name__, e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert 'pip install "nemori-dspy[weaviate]"' in out.stdout and "NEMORI_STORE=sqlite" in out.stdout
+    return out.stdout
+
+
+def test_module_imports_without_the_weaviate_package():
+    out = _store_error("None")
+    assert 'pip install "nemori-dspy[weaviate]"' in out and "NEMORI_STORE=sqlite" in out
 
 
 def test_an_installed_client_without_the_v4_api_is_named_too_old_not_missing():
-    code = ("import sys, types; sys.modules['weaviate'] = types.ModuleType('weaviate')\n"
-            "from nemori_dspy.errors import ConfigError, MissingExtraError\n"
-            "from nemori_dspy.store.weaviate import WeaviateStore\n"
-            "try:\n    WeaviateStore('http://127.0.0.1:9')\n"
-            "except ConfigError as e:\n    print(type(e) is ConfigError, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("True ") and "weaviate-client>=4.24" in out.stdout
-    assert "not installed" not in out.stdout
+    out = _store_error("types.ModuleType('weaviate')")
+    assert out.startswith("ConfigError ") and "weaviate-client>=4.24" in out
+    assert "not installed" not in out
 
 
 # --------------------------------------------------------------------------- wiring
