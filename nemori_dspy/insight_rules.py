@@ -45,7 +45,8 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
-           "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of"]
+           "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
+           "is_pleasantry"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -228,6 +229,35 @@ def carries_no_fact(text: str, speakers: set[str]) -> bool:
     return len(words) == 1 and not FIRST_PERSON & set(_lower_words(text))
 
 
+#: a clause reporting a social act between the speakers, and nothing else: thanks, congratulations, compliments,
+#: wishes, greetings, goodbyes, "expresses support / gratitude / admiration …" (``is_pleasantry``).
+_SOCIAL_ACT = re.compile(
+    r"(?:also\s+|then\s+)?(?:thank(?:s|ed)?|congratulat(?:es|ed|e)|compliment(?:s|ed)?|"
+    r"wish(?:es|ed)?|greet(?:s|ed)?|bid(?:s)?\s+farewell|(?:says?|said)\s+(?:goodbye|bye|hello|hi)|"
+    r"appreciat(?:es|ed|e)|takes?\s+care|cheer(?:s|ed)?\s+\w+\s+on|"
+    r"express(?:es|ed)?\s+(?:\w+\s+)?(?:gratitude|thanks|appreciation|support|admiration|enthusiasm|excitement|"
+    r"happiness|joy|pride|delight)|promise(?:s|d)?\s+to\s+(?:keep\s+\w+\s+posted|see|catch\s+up|talk)|"
+    r"looks?\s+forward\s+to\s+(?:seeing|chatting|talking|catching\s+up|hearing))\b")
+_ACTOR = re.compile(r"^\s*([A-Z][\w'’-]+)(?:\s+and\s+[A-Z][\w'’-]+)?\s+")
+_CLAUSE_SPLIT = re.compile(r"\s*;\s*|,?\s+and\s+(?!(?:his|hers|its|this|theirs|yours|ours)\b)(?=[a-z]+(?:s|ed)\b)")
+
+
+def is_pleasantry(insight: str, speakers: set[str]) -> bool:
+    """True if ``insight`` only reports a social act between the speakers: it opens with a speaker's (first) name
+    (or two joined by "and") and every clause (split at ``;`` and at ``and`` before a verb) is a thank-you,
+    congratulation, compliment, wish, greeting, goodbye, "expresses support / gratitude /
+    admiration …" or a promise to keep in touch (``"Jolene thanks Deborah for kind words."``, ``"Sam thanks Evan
+    for the advice and promises to keep him posted."``). Such a sentence is no knowledge about anyone; a clause
+    that tells something (``"… and mentions coconut milk ice cream as a new favorite snack"``), "expresses
+    interest in …", "agrees to …", "encourages Caroline to continue her education" keep the insight."""
+    actor = _ACTOR.match(insight)
+    names = {word_key(s).split()[0] for s in speakers if word_key(s)}
+    if actor is None or word_key(actor.group(1)) not in names:
+        return False
+    clauses = _CLAUSE_SPLIT.split(insight[actor.end():].strip().rstrip(".!"))
+    return all(_SOCIAL_ACT.match(c) for c in clauses if c)
+
+
 def quote_text(text: str, max_chars: int = ATTRIBUTED_QUOTE_CHARS) -> str:
     """``text`` ready to quote: spaces collapsed, outer quotes dropped, ``.`` added when it has no end punctuation,
     cut at a word to at most ``max_chars`` characters (marked ``…``)."""
@@ -314,11 +344,14 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
       the message itself quoted (``attributed_fact``), so two copies of one message give one fact;
     * ``(None, reason)``: dropped: ``"question"`` (ends with ``?``), ``"no_fact"`` (a chat line or copy that
       ``carries_no_fact``: greetings, thanks, reactions), ``"chat_line"`` (a chat line matching no message of
-      its speaker: not something anyone said).
+      its speaker: not something anyone said), ``"pleasantry"`` (a sentence that only reports a social act between
+      the speakers, ``is_pleasantry``: "Jolene thanks Deborah for kind words.").
     """
     if is_question(insight):
         return None, "question"
     speakers = {speaker for speaker, _, _ in lines}
+    if is_pleasantry(insight, speakers):
+        return None, "pleasantry"
     if is_chat_line(insight, speakers):
         head, _, text = insight.partition(":")
         speaker = next(s for s in speakers if s.casefold() == head.strip().strip("[*\"'").casefold())

@@ -65,8 +65,11 @@ class DistillPredictionError(dspy.Signature):
 
     Compare the real episode with the predicted one. Keep only information in the real messages that the
     prediction got wrong or did not contain: facts about the people (identity, relationships, events with
-    absolute dates, preferences, plans, possessions, opinions, skills). Each insight is one self-contained
-    sentence naming the person, with absolute dates (resolve "yesterday", "last week" from the timestamps).
+    absolute dates, preferences, plans, possessions, opinions, skills). Cover both speakers: what each one says
+    about their own life, feelings, habits and plans, with the details they give (names, numbers, reasons), and
+    credit each fact to the person it is about, not to the one who asks or replies. Each insight is one
+    self-contained sentence naming the person, with absolute dates (resolve "yesterday", "last week" from the
+    timestamps).
     Return an empty list if the prediction already covered everything."""
 
     episode_messages: str = dspy.InputField(desc="the real episode: messages 'speaker: text', each dated by "

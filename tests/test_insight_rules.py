@@ -64,7 +64,8 @@ def test_facts_are_kept(insight):
 
 
 # ---------------------------------------------------------------- a copied chat line carries a fact (issue 19)
-from nemori_dspy.insight_rules import carries_no_fact, dated_message_lines, rule_insight, split_sentences  # noqa: E402
+from nemori_dspy.insight_rules import (carries_no_fact, dated_message_lines, is_pleasantry, rule_insight,  # noqa: E402
+                                       split_sentences)
 
 CHAT = EPISODE + "\n" + "\n".join([
     "[2023-09-15 10:00]",
@@ -104,6 +105,29 @@ def test_a_chat_line_or_copy_becomes_an_attributed_dated_fact(insight, fact):
 ])
 def test_a_line_that_carries_no_fact_is_dropped_with_its_reason(insight, reason):
     assert rule_insight(insight, dated_message_lines(CHAT)) == (None, reason)
+
+
+@pytest.mark.parametrize("insight", [
+    "Deborah thanks Sam for kind words.",
+    "Sam thanked Deborah for the advice and said goodbye.",
+    "Caroline expresses her support for Melanie's passion for painting.",
+    "Melanie congratulates Caroline and promises to keep her posted.",
+    "Sam and Deborah wish each other well.",
+])
+def test_a_sentence_reporting_only_a_social_act_is_dropped_as_a_pleasantry(insight):
+    assert rule_insight(insight, dated_message_lines(CHAT)) == (None, "pleasantry")
+
+
+@pytest.mark.parametrize("insight", [
+    "Sam thanks Deborah for the advice and mentions that he quit the bakery.",  # a clause that tells something
+    "Caroline expresses interest in counseling.",
+    "Melanie encourages Caroline to continue her education.",
+    "Deborah agrees to meet Sam for dinner.",
+    "Sam expresses that he is allergic to cats.",
+    "Bob thanks Deborah for kind words.",  # not a speaker of the episode: no act between its speakers
+])
+def test_a_social_act_that_carries_a_fact_is_no_pleasantry(insight):
+    assert not is_pleasantry(insight, SPEAKERS)
 
 
 @pytest.mark.parametrize("insight", [

@@ -124,7 +124,9 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
        → dropped, ``insights_dropped.demo_echo``;
     3. with messages, ``insight_rules.rule_insight``: a question → ``insights_dropped.question``; a chat line or a
        copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
-       chat line matching no message of its speaker → ``insights_dropped.chat_line``; any other chat line or copy
+       chat line matching no message of its speaker → ``insights_dropped.chat_line``; a sentence that only reports
+       a social act between the speakers (``insight_rules.is_pleasantry``: "Jolene thanks Deborah for kind
+       words.") → ``insights_dropped.pleasantry``; any other chat line or copy
        becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``; a
        statement crediting one speaker with what another said of themselves gets the right name
        (``insight_rules.reattribute``), ``insights_reattributed``;
