@@ -80,6 +80,8 @@ GUARDS: dict[str, tuple[str, str]] = {
     "insight_duplicates": ("consolidate", "a candidate is a near-duplicate (cosine ≥ 0.95)"),
     "consolidation.candidates_below_floor": ("consolidate", "candidates below consolidation_min_similarity"),
     "consolidation.below_floor": ("consolidate", "no candidate cleared the floor: stored as new, no P_con"),
+    "consolidation.other_topic": ("consolidate", "candidates on another topic once the speakers' names are masked "
+                                  "(consolidation_topic_floor)"),
     "consolidation.new": ("consolidate", "stored as new (P_con, or no candidate: no call)"),
     "consolidation.merge": ("consolidate", "merged into similar entries"),
     "consolidation.conflict": ("consolidate", "replaced conflicting entries"),

@@ -46,7 +46,8 @@ PAPER_FAITHFUL: dict[str, Any] = {
     "select_inputs": "narratives", "answer_context_tokens": None, "local_prompt_cache": False,
     "partition_message_chars": None, "anticipate_without_facts": True, "consolidate_within_episode": True,
     # our guards, off: no similarity floor before P_con (top K_m whatever their cosine) or P_sel (top K_e), τ = 0.70
-    "consolidation_min_similarity": None, "association_min_similarity": None, "evoke_threshold": 0.70,
+    "consolidation_min_similarity": None, "consolidation_topic_floor": None, "association_min_similarity": None,
+    "evoke_threshold": 0.70,
     # our additions, off: no gap split before P_par, no time guard on merge candidates, vector-only answer search,
     # no date pre-resolution (the paper's LLM reasons about "yesterday" itself while forming memory, Appendix B.1)
     "episode_split_gap_hours": None, "association_max_gap_hours": None, "lexical_weight": 0.0,
@@ -229,6 +230,10 @@ class NemoriSettings(BaseSettings):
         "retired by it); none above it → the insight is stored as new without an LLM call "
         "(consolidation.below_floor). See CONSOLIDATION_MIN_SIMILARITY for the measurement. None = the paper's "
         "behaviour (the top K_m whatever their similarity, §3.3.3)")
+    consolidation_topic_floor: float | None = Field(
+        default=None, ge=-1.0, le=1.0, description="our addition, off by default (a probe): a P_con candidate must "
+        "also have cosine >= this to the insight with the speakers' names masked (insight_rules.mask_people), so "
+        "entries that only share a person's name stay away from P_con (consolidation.other_topic). None = off")
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
     lexical_weight: float = Field(
@@ -328,7 +333,7 @@ class NemoriSettings(BaseSettings):
                                 "users' messages); off by default")
 
     @field_validator("episode_split_gap_hours", "association_max_gap_hours", "association_min_similarity",
-                     "consolidation_min_similarity",
+                     "consolidation_min_similarity", "consolidation_topic_floor",
                      "answer_context_tokens", "partition_message_chars", "distill_chunk_messages", mode="before")
     @classmethod
     def _off_words(cls, v: Any) -> Any:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_reported_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text", "people_named", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
+           "quote_text", "people_named", "mask_people", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
@@ -449,6 +449,18 @@ def people_named(text: str, speakers: set[str]) -> set[str]:
     """The ``speakers`` (case-folded first names) that ``text`` names, possessives included ("Mel's" → "mel")."""
     words = {w.casefold().removesuffix("'s").removesuffix("’s") for w in re.findall(r"[\w'’]+", text)}
     return speakers & words
+
+
+def mask_people(text: str, speakers: set[str], placeholder: str = "someone") -> str:
+    """``text`` with every word naming one of ``speakers`` (case-folded first names; possessives kept: "Mel's" →
+    "someone's") replaced by ``placeholder``, so an embedding compares what a fact says, not whom it names."""
+    def swap(m: re.Match) -> str:
+        word = m.group(0)
+        for tail in ("'s", "’s", ""):
+            if word.endswith(tail) and word[:len(word) - len(tail)].casefold() in speakers:
+                return placeholder + tail
+        return word
+    return re.sub(r"[\w'’]+", swap, text)
 
 
 def _lower_words(text: str) -> list[str]:

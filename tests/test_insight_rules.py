@@ -492,3 +492,10 @@ def test_redate_puts_the_telling_message_date_in(fact, expected):
 ])
 def test_redate_leaves_a_fact_alone_when_it_agrees_or_nothing_tells_its_event(fact):
     assert redate(fact, _RACE) == (fact, False)
+
+
+def test_mask_people_replaces_only_the_speakers_names_keeping_possessives():
+    from nemori_dspy.insight_rules import mask_people
+
+    text = "Melanie's kids love camping; Caroline went to Paris with Mel."
+    assert mask_people(text, {"melanie", "caroline"}) == "someone's kids love camping; someone went to Paris with Mel."

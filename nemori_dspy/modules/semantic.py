@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, no_subject, people_named, redate,
+from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, mask_people, no_subject, people_named, redate,
                              rule_insight, source_lines, word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
@@ -333,6 +333,20 @@ class SemanticDistillation(dspy.Module):
                 tally("consolidation.below_floor")
         return kept
 
+    def _same_topic(self, insight: str, cands: list[tuple[SemanticEntry, float]], speakers: set[str]
+                    ) -> list[tuple[SemanticEntry, float]]:
+        """``cands`` whose cosine to ``insight``, both with the speakers' names masked (``mask_people``), is at
+        least ``consolidation_topic_floor`` (all of them when it is None); tallies ``consolidation.other_topic``
+        for those left out. One batch of len(cands) + 1 embeddings when on."""
+        floor = self.res.settings.consolidation_topic_floor
+        if floor is None or not cands:
+            return cands
+        vecs = np.asarray(self.res.embed_many([mask_people(t, speakers) for t in [insight] + [e.text for e, _ in cands]]))
+        kept = [c for c, v in zip(cands, vecs[1:]) if float(v @ vecs[0]) >= floor]
+        if len(kept) < len(cands):
+            tally("consolidation.other_topic", len(cands) - len(kept))
+        return kept
+
     def _visible_pending(self, plan: Consolidation) -> list[SemanticEntry]:
         """The pending inserts P_con may see as candidates: all of them under ``consolidate_within_episode``
         (the paper), else only re-dated copies of stored entries (this episode's own insights are left out)."""
@@ -418,6 +432,7 @@ class SemanticDistillation(dspy.Module):
                                   event_end=episode.end, origin="new")
         cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
         cands = same_person_candidates(insight, cands, _speakers(episode))
+        cands = self._same_topic(insight, cands, _speakers(episode))
         if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
             tally("insight_duplicates")
         if not cands:

@@ -893,3 +893,30 @@ def test_settle_decision_is_the_rule_the_pipeline_stores_by():
     assert settle_decision("conflict", [], "", "x", [], set()) == ("new", [], "", None)
     assert settle_decision("conflict", [1], "ignored", "x", target, set()) == ("conflict", [1], "", None)
     assert settle_decision("unsure", [1], "", "x", target, set()) == ("new", [], "", None)
+
+
+def _topic_run(tmp_path, **settings):
+    """Stored: 'Caroline likes hiking.' at cosine 1.0 to the insight (the shared name); masked, the two texts are
+    orthogonal ('someone likes hiking.' vs 'someone went to an LGBTQ support group …')."""
+    store = SQLiteStore(tmp_path / "m.db")
+    insight = "Caroline went to an LGBTQ support group on 7 May 2023."
+    _seed(store, {"Caroline likes hiking.": unit_vector(5)})
+    table = {insight: unit_vector(5), "someone went to an LGBTQ support group on 7 May 2023.": unit_vector(0),
+             "someone likes hiking.": unit_vector(90)}
+    responders = default_responders()
+    responders["DistillPredictionError"] = lambda i: chat_reply(insights=[insight])
+    responders["ConsolidateKnowledge"] = lambda i: chat_reply(action="new", targets=[], merged_text="")
+    lm = ScriptedLM(responders)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        _module(store, TableEmbedder(table), None, **settings)(user_id="u", episode=_two_speaker_episode(unit_vector(0)))
+    return [name for name, _ in lm.prompts if name == "ConsolidateKnowledge"]
+
+
+def test_a_candidate_sharing_only_the_persons_name_stays_away_from_p_con_under_the_topic_floor(tmp_path, ledger):
+    assert _topic_run(tmp_path, consolidation_topic_floor=0.35) == []
+    assert ledger.counters["consolidation.other_topic"] == 1
+
+
+def test_without_the_topic_floor_the_same_candidate_reaches_p_con(tmp_path, ledger):
+    assert _topic_run(tmp_path) == ["ConsolidateKnowledge"]
+    assert "consolidation.other_topic" not in ledger.counters
