@@ -33,7 +33,7 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
                        "select_inputs", "resolve_relative_dates", "partition_message_chars",
                        "anticipate_without_facts", "consolidate_within_episode", "message_timestamps",
                        "hold_open_segment", "seed_demos", "association_min_similarity",
-                       "distill_chunk_messages")
+                       "distill_chunk_messages", "consolidation_topic_floor")
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
 #: times on facts; 3: τ per embedder, flat management, cost switches, lexical index; 4: verbatim-copy and question
@@ -42,9 +42,9 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: guard before P_sel; 8: junk insights and narratives never stored, copied chat lines stored as attributed facts,
 #: a prose list reply read as its sentences; 9: a narrative or cue that only restates a seed demo re-asked, then
 #: the messages quoted, instead of the session left unbuilt; 10: narrative polish (restatements dropped,
-#: first-person sentences quoted) and distill_chunk_messages),
+#: first-person sentences quoted) and distill_chunk_messages; 11: insights that only report a pleasantry dropped),
 #: so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 10
+MEMORY_FORMAT = 11
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,
