@@ -431,8 +431,8 @@ class SemanticDistillation(dspy.Module):
                                   vector=vec, source_episode_ids=[episode.id], event_start=episode.start,
                                   event_end=episode.end, origin="new")
         cands = self._candidates(user_id, vec, plan) if self.res.settings.consolidation else []
-        cands = same_person_candidates(insight, cands, _speakers(episode))
-        cands = self._same_topic(insight, cands, _speakers(episode))
+        speakers = _speakers(episode)
+        cands = self._same_topic(insight, same_person_candidates(insight, cands, speakers), speakers)
         if any(score >= DUPLICATE_COSINE or e.text.strip().lower() == insight.lower() for e, score in cands):
             tally("insight_duplicates")
         if not cands:
