@@ -15,8 +15,13 @@ pairs that should and the leak of those that should not. The suggested floor is 
 ``update`` pair reaches P_con (a missed update leaves a stale fact live), ties broken towards fewer leaks.
 Writes ``benchmarks/results/consolidation_floor-<embedder>.json`` with the machine description.
 
+``--topic`` runs the whole candidate path of ``SemanticDistillation._prepare`` instead: the plain floor at its
+default, then the same-person guard (``same_person_candidates``; a pair's speakers are the names its two sentences
+open with), then the name-masked topic floor (``consolidation_topic_floor``: cosine of the two texts with the
+speakers' names masked by ``insight_rules.mask_people``), swept; it writes ``consolidation_floor-<embedder>-topic.json``.
+
 usage: python -m benchmarks.consolidation_floor [--pairs tests/data/consolidation_pairs.jsonl]
-       [--embedder all-MiniLM-L6-v2]
+       [--embedder all-MiniLM-L6-v2] [--topic]
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Pair", "KINDS", "DEFAULT_PAIRS", "FLOORS", "load_pairs", "cosines", "sweep", "suggest", "main"]
+__all__ = ["Pair", "KINDS", "DEFAULT_PAIRS", "FLOORS", "load_pairs", "cosines", "pair_speakers", "topic_cosines",
+           "sweep", "suggest", "main"]
 
 DEFAULT_PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "consolidation_pairs.jsonl"
 #: pair kinds in print order; the first two should reach P_con, the others should not.
@@ -77,6 +83,40 @@ def cosines(pairs: list[Pair], embed) -> np.ndarray:
     return np.einsum("ij,ij->i", a, b)
 
 
+#: sentence openers that are no one's name (the pairs' other sentences open with the person they are about).
+_OPENERS = frozenset({"the", "a", "an", "every", "our", "my", "his", "her", "their"})
+
+
+def pair_speakers(pair: Pair) -> set[str]:
+    """The case-folded names the pair's two sentences open with ("Dev's favourite band …" → ``{"dev"}``), standing
+    in for the conversation's speakers that the pipeline masks; openers such as "The" are no one's name."""
+    names = set()
+    for text in (pair.existing, pair.insight):
+        first = text.split()[0].removesuffix("'s").removesuffix("’s")
+        if first[:1].isupper() and first.casefold() not in _OPENERS:
+            names.add(first.casefold())
+    return names
+
+
+def topic_cosines(pairs: list[Pair], embed, plain: np.ndarray, plain_floor: float) -> np.ndarray:
+    """Per pair, what the topic floor is compared with on the pipeline's candidate path, or -1 when the pair never
+    gets that far: below ``plain_floor`` (plain cosine) or left out by the same-person guard. Else the cosine of
+    the two texts with the pair's speakers masked (``insight_rules.mask_people``), as ``_same_topic`` computes it."""
+    from nemori_dspy.insight_rules import mask_people
+    from nemori_dspy.modules.semantic import same_person_candidates
+    from nemori_dspy.types import SemanticEntry
+
+    out = np.full(len(pairs), -1.0, dtype=np.float32)
+    for i, (pair, sim) in enumerate(zip(pairs, plain)):
+        speakers = pair_speakers(pair)
+        entry = SemanticEntry(id="e", user_id="u", text=pair.existing, vector=[0.0], source_episode_ids=["ep"])
+        if sim < plain_floor or not same_person_candidates(pair.insight, [(entry, float(sim))], speakers):
+            continue
+        a, b = np.asarray(embed([mask_people(pair.existing, speakers), mask_people(pair.insight, speakers)]))
+        out[i] = float(a @ b)
+    return out
+
+
 def sweep(pairs: list[Pair], sims: np.ndarray, floors: list[float]) -> list[dict]:
     """Per floor: pairs of each kind that reach P_con (cosine >= floor), recall of the positives, leaked negatives."""
     rows = []
@@ -100,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--pairs", type=Path, default=DEFAULT_PAIRS, help="labelled pairs (JSONL)")
     ap.add_argument("--embedder", default="all-MiniLM-L6-v2", help="an embedder name NemoriSettings accepts")
     ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--topic", action="store_true", help="sweep consolidation_topic_floor on the whole candidate "
+                    "path (plain floor at its default, same-person guard, names masked)")
     args = ap.parse_args(argv)
 
     from benchmarks.results_io import table, write_result
@@ -109,11 +151,19 @@ def main(argv: list[str] | None = None) -> dict:
     pairs = load_pairs(args.pairs)
     embedder = resolve_embedder(NemoriSettings(embedder=args.embedder))
     sims = cosines(pairs, embedder.embed)
+    settings = NemoriSettings()
+    default = settings.consolidation_min_similarity
+    what = "consolidation_min_similarity"
+    if args.topic:
+        sims = topic_cosines(pairs, embedder.embed, sims, default)
+        default, what = settings.consolidation_topic_floor, "consolidation_topic_floor"
+        print(f"candidate path: plain cosine >= {settings.consolidation_min_similarity}, same-person guard, then the "
+              f"name-masked cosine (-1: the pair stopped before it)")
     rows = sweep(pairs, sims, FLOORS)
     n_kind = {k: sum(p.kind == k for p in pairs) for k in KINDS}
     best = suggest(rows, n_kind["update"])
-    default = NemoriSettings().consolidation_min_similarity
-    print(f"embedder {embedder.name}: {len(pairs)} pairs ({', '.join(f'{k} {n}' for k, n in n_kind.items())})")
+    print(f"embedder {embedder.name}: {len(pairs)} pairs ({', '.join(f'{k} {n}' for k, n in n_kind.items())}); "
+          f"swept: {what}")
     print(table(["kind", "n", "min", "median", "max"],
                 [[k, n_kind[k], *(f"{f(sims[[p.kind == k for p in pairs]]):.3f}" for f in (np.min, np.median, np.max))]
                  for k in KINDS if n_kind[k]]))
@@ -122,11 +172,12 @@ def main(argv: list[str] | None = None) -> dict:
                 [[f"{r['floor']:.2f}" + (" ←" if r is best else "") + (" (default)" if r["floor"] == default else ""),
                   *(f"{r['reach'][k]}/{n_kind[k]}" for k in KINDS), f"{100 * r['recall']:.0f}%",
                   f"{r['leaked']}/{r['negatives']}"] for r in rows]))
-    print(f"suggested floor for {embedder.name}: {best['floor']:.2f} (highest with every update pair reaching P_con)")
+    print(f"suggested {what} for {embedder.name}: {best['floor']:.2f} (highest with every update pair reaching P_con)")
     figures = {"rows": rows, "suggested_floor": best["floor"], "default_floor": default,
                "pairs": [{"kind": p.kind, "cosine": round(float(s), 4)} for p, s in zip(pairs, sims)]}
-    path = write_result(f"consolidation_floor-{embedder.name.replace('/', '_')}",
-                        {"pairs": str(args.pairs), "embedder": embedder.name, "n": len(pairs)}, figures, args.out)
+    path = write_result(f"consolidation_floor-{embedder.name.replace('/', '_')}" + ("-topic" if args.topic else ""),
+                        {"pairs": str(args.pairs), "embedder": embedder.name, "n": len(pairs), "swept": what},
+                        figures, args.out)
     print(f"wrote {path}")
     return figures
 

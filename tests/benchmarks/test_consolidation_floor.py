@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.consolidation_floor import DEFAULT_PAIRS, KINDS, Pair, load_pairs, main, suggest, sweep
+from benchmarks.consolidation_floor import (DEFAULT_PAIRS, KINDS, Pair, load_pairs, main, pair_speakers, suggest,
+                                           sweep, topic_cosines)
 from nemori_dspy.config import CONSOLIDATION_MIN_SIMILARITY, NemoriSettings
 from nemori_dspy.embedders import find_minilm_dir
 
@@ -36,7 +37,7 @@ def test_sweep_counts_what_reaches_p_con_per_kind_and_suggests_the_highest_floor
 
 def test_runs_with_the_hashing_embedder(tmp_path, capsys):
     figures = main(["--embedder", "hashing-64", "--out", str(tmp_path)])
-    assert "suggested floor" in capsys.readouterr().out and len(figures["pairs"]) == len(load_pairs(DEFAULT_PAIRS))
+    assert "suggested consolidation_min_similarity" in capsys.readouterr().out and len(figures["pairs"]) == len(load_pairs(DEFAULT_PAIRS))
     assert json.loads((tmp_path / "consolidation_floor-hashing-64.json").read_text())["machine"]
 
 
@@ -54,3 +55,30 @@ def test_at_the_default_floor_every_update_reaches_p_con_and_15_of_36_negatives_
     assert row["reach"]["update"] == sum(p.kind == "update" for p in pairs)
     assert row["reach"]["refinement"] == sum(p.kind == "refinement" for p in pairs)
     assert (row["leaked"], row["negatives"]) == (15, 36)
+
+
+def test_a_pairs_speakers_are_the_names_its_sentences_open_with():
+    assert pair_speakers(Pair("Dev's favourite band is Radiohead.", "Carla listens to jazz.", False,
+                              "different_person")) == {"dev", "carla"}
+    assert pair_speakers(Pair("The concert is on Saturday.", "The concert was cancelled.", True, "update")) == set()
+
+
+def test_the_topic_path_stops_a_pair_at_the_plain_floor_or_the_same_person_guard_and_masks_names_after():
+    seen = []
+
+    def embed(texts):  # one fixed unit vector per text; records what was embedded
+        seen.extend(texts)
+        return [np.eye(4)[len(t) % 4] for t in texts]
+
+    pairs = [Pair("Keiko has a dog.", "Arjun has a cat.", False, "different_person"),
+             Pair("Noor wants to study medicine.", "Noor became an architect.", True, "update"),
+             Pair("Tomas lives in Lisbon.", "Tomas moved to Porto.", True, "update")]
+    out = topic_cosines(pairs, embed, np.array([0.9, 0.9, 0.1]), 0.4)
+    assert out[0] == -1 and out[2] == -1  # other person; below the plain floor
+    assert seen == ["someone wants to study medicine.", "someone became an architect."]
+
+
+def test_topic_mode_writes_its_own_result_file(tmp_path, capsys):
+    main(["--embedder", "hashing-64", "--out", str(tmp_path), "--topic"])
+    assert "suggested consolidation_topic_floor" in capsys.readouterr().out
+    assert (tmp_path / "consolidation_floor-hashing-64-topic.json").exists()
