@@ -202,11 +202,12 @@ class JudgePanel:
         return {name: {"model": j.model, "prompt_hash": j.prompt_hash, "failures": j.failures}
                 for name, j in self.judges.items()}
 
-    def run_audit(self, out: Path | None = None) -> dict[str, dict[str, Any]] | None:
-        """Every judge on the calibration set (``judge_audit.run_audit``); None without pairs."""
+    def run_audit(self, out: Path | None = None, progress: bool = False) -> dict[str, dict[str, Any]] | None:
+        """Every judge on the calibration set (``judge_audit.run_audit``, a bar over the pairs with ``progress``);
+        None without pairs."""
         from nemori_dspy.eval.judge_audit import run_audit
 
-        return run_audit(self.judges, self.audit_pairs, out) if self.audit_pairs else None
+        return run_audit(self.judges, self.audit_pairs, out, progress) if self.audit_pairs else None
 
 
 def as_panel(judge: Any) -> JudgePanel | None:

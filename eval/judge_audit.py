@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import dspy
+from tqdm.auto import tqdm
 
 from nemori_dspy.errors import RateLimitedError
 from nemori_dspy.usage import tally
@@ -133,9 +134,9 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def run_audit(judges: dict[str, Metric], pairs: Sequence[AuditPair], out: Path | None = None
-              ) -> dict[str, dict[str, float | int | None]]:
-    """Score every pair with every judge.
+def run_audit(judges: dict[str, Metric], pairs: Sequence[AuditPair], out: Path | None = None,
+              progress: bool = False) -> dict[str, dict[str, float | int | None]]:
+    """Score every pair with every judge (two judge calls per pair; ``progress`` shows a bar over the pairs).
 
     Returns ``{judge name: {"on_gold", "on_wrong", "overall", "n_gold", "n_wrong", "n"}}``: the share
     (in [0, 1]) of gold predictions labelled CORRECT, of wrong predictions labelled WRONG, and of both
@@ -148,7 +149,7 @@ def run_audit(judges: dict[str, Metric], pairs: Sequence[AuditPair], out: Path |
     lines: list[str] = []
     for name, judge in judges.items():
         on_gold, on_wrong = [], []
-        for p in pairs:
+        for p in tqdm(pairs, desc=f"judge audit ({name})", unit="pair", disable=not progress):
             gold, wrong = _verdict(judge, p.example, p.gold), _verdict(judge, p.example, p.wrong)
             gold_ok = None if gold is None else gold == 1.0
             wrong_ok = None if wrong is None else wrong == 0.0

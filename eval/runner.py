@@ -194,6 +194,9 @@ def _build(provider: MemoryProvider, conversations: list[LoCoMoConversation], op
     lock = threading.Lock()
     for key, system in builders.items():
         memory = provider.memory(system)
+        where = getattr(provider, "path", None)  # a store file to open with memory_quality inspect
+        if where is not None and opts.progress:
+            tqdm.write(f"{system.name}: memory store {where(system)}")
 
         def one(conv: LoCoMoConversation) -> None:
             if provider.is_built(system, conv.sample_id):
@@ -658,7 +661,7 @@ def summarise(rows: list[dict[str, Any]], opts: EvalOptions, judge: LLMJudge | J
     plain = scores if scores is not None else [m for m in METRICS if m != "judge"]
     metrics = judged + plain + [f"recall_at_{k}" for k in RECALL_KS]
     systems = [s.name for s in opts.systems]
-    audit = panel.run_audit(out_dir / "judge_audit.jsonl") if panel else None  # before the usage: it calls judges
+    audit = panel.run_audit(out_dir / "judge_audit.jsonl", opts.progress) if panel else None  # before the usage: it calls judges
     info = panel.info() if panel else {}
     result = RunResult(
         scores=_aggregate(rows, metrics, systems, groups),
