@@ -207,7 +207,7 @@ CONSOLIDATION_CASES: list[dict] = [
      "existing": ["Keiko has a cat.", "Keiko takes cello lessons every Thursday."], "action": "merge",
      "targets": [2]},
     {"group": "c", "insight": "Femi married Ada in a small ceremony in Lagos in July 2024.",
-     "existing": ["Femi is engaged to Ada.", "Femi works as a pharmacist."], "action": "merge", "targets": [1]},
+     "existing": ["Femi is engaged to Ada.", "Femi works as a pharmacist."], "action": "conflict", "targets": [1]},
     {"group": "c", "insight": "Dario's sister Paola is training to be a nurse.",
      "existing": ["Dario works night shifts on an ambulance crew.", "Dario lives in Turin."], "action": "new",
      "targets": []},
