@@ -445,22 +445,30 @@ def no_subject(fact: str, lines: list[SourceLine]) -> bool:
     return bool(words) and words[0].casefold() in _BARE_PRONOUNS and not people_named(fact, set(_first_names(lines)))
 
 
+_NAME_WORD = re.compile(r"[\w'’]+")
+
+
+def _named(word: str, speakers: set[str]) -> tuple[str, str] | None:
+    """``(speaker, possessive tail)`` when ``word`` names one of ``speakers`` ("Mel's" → ("mel", "'s"),
+    "MEL’S" → ("mel", "’S")), else None."""
+    for tail in ("'s", "’s", ""):
+        if word.casefold().endswith(tail) and (name := word[:len(word) - len(tail)].casefold()) in speakers:
+            return name, word[len(word) - len(tail):]
+    return None
+
+
 def people_named(text: str, speakers: set[str]) -> set[str]:
     """The ``speakers`` (case-folded first names) that ``text`` names, possessives included ("Mel's" → "mel")."""
-    words = {w.casefold().removesuffix("'s").removesuffix("’s") for w in re.findall(r"[\w'’]+", text)}
-    return speakers & words
+    return {hit[0] for w in _NAME_WORD.findall(text) if (hit := _named(w, speakers))}
 
 
 def mask_people(text: str, speakers: set[str], placeholder: str = "someone") -> str:
     """``text`` with every word naming one of ``speakers`` (case-folded first names; possessives kept: "Mel's" →
     "someone's") replaced by ``placeholder``, so an embedding compares what a fact says, not whom it names."""
     def swap(m: re.Match) -> str:
-        word = m.group(0)
-        for tail in ("'s", "’s", ""):
-            if word.endswith(tail) and word[:len(word) - len(tail)].casefold() in speakers:
-                return placeholder + tail
-        return word
-    return re.sub(r"[\w'’]+", swap, text)
+        hit = _named(m.group(0), speakers)
+        return m.group(0) if hit is None else placeholder + hit[1]
+    return _NAME_WORD.sub(swap, text)
 
 
 def _lower_words(text: str) -> list[str]:

@@ -499,3 +499,11 @@ def test_mask_people_replaces_only_the_speakers_names_keeping_possessives():
 
     text = "Melanie's kids love camping; Caroline went to Paris with Mel."
     assert mask_people(text, {"melanie", "caroline"}) == "someone's kids love camping; someone went to Paris with Mel."
+
+
+def test_people_named_and_mask_people_read_a_possessive_the_same_way_in_any_case():
+    from nemori_dspy.insight_rules import mask_people, people_named
+
+    text = "MEL'S car, Caroline’s dog and Melanie"
+    assert people_named(text, {"mel", "caroline"}) == {"mel", "caroline"}
+    assert mask_people(text, {"mel", "caroline"}) == "someone'S car, someone’s dog and Melanie"
