@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .stages import DEFAULT_STAGE_MAX_TOKENS, MEMORY_WRITING_STAGES, STAGES
 
 __all__ = ["MEMORY_WRITING_STAGES", "NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "NOT_IN_PAPER", "ASSOCIATION_MIN_SIMILARITY", "CONSOLIDATION_MIN_SIMILARITY", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold", "DISTILL_CHUNK_MESSAGES"]
+           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "NOT_IN_PAPER", "ASSOCIATION_MIN_SIMILARITY", "CONSOLIDATION_MIN_SIMILARITY", "CONSOLIDATION_TOPIC_FLOOR", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold", "DISTILL_CHUNK_MESSAGES"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -84,6 +84,15 @@ NOT_IN_PAPER: frozenset[str] = frozenset({
 #: update and refinement of tests/data/consolidation_pairs.jsonl reaches P_con (``python -m
 #: benchmarks.consolidation_floor``; figures in docs/decisions.md).
 CONSOLIDATION_MIN_SIMILARITY = 0.40
+
+#: Default topic floor on P_con candidates (``consolidation_topic_floor``, our guard after the one above): cosine
+#: with the speakers' names masked. MiniLM's plain cosine is lifted by a shared name, so every candidate list held
+#: five entries of the same person. On the 76 labelled pairs (``python -m benchmarks.consolidation_floor --topic``)
+#: 0.35 is the highest floor passing 27 of 28 updates (the one lost: "Noor wants to study medicine" → "Noor
+#: decided to become an architect instead", masked cosine 0.19) and 12 of 12 refinements, leaking 0 of 36 negatives
+#: (9 same-person-other-topic pairs reach P_con without it). On LoCoMo conv-26, 30, 41, 44, 47 sessions 1-3: P_con
+#: calls 76 → 52, fact recall unchanged (1 gold observation won, 1 lost, n = 125); docs/decisions.md.
+CONSOLIDATION_TOPIC_FLOOR = 0.35
 
 #: Default cosine floor on merge candidates (``association_min_similarity``, §3.2.3 guard): only earlier episodes at
 #: or above it reach P_sel. The floor only thins the candidates (MiniLM barely separates continuations from
@@ -231,9 +240,10 @@ class NemoriSettings(BaseSettings):
         "(consolidation.below_floor). See CONSOLIDATION_MIN_SIMILARITY for the measurement. None = the paper's "
         "behaviour (the top K_m whatever their similarity, §3.3.3)")
     consolidation_topic_floor: float | None = Field(
-        default=None, ge=-1.0, le=1.0, description="our addition, off by default (a probe): a P_con candidate must "
+        default=CONSOLIDATION_TOPIC_FLOOR, ge=-1.0, le=1.0, description="our addition: a P_con candidate must "
         "also have cosine >= this to the insight with the speakers' names masked (insight_rules.mask_people), so "
-        "entries that only share a person's name stay away from P_con (consolidation.other_topic). None = off")
+        "entries that only share a person's name stay away from P_con (consolidation.other_topic). See "
+        "CONSOLIDATION_TOPIC_FLOOR for the measurement. None = the paper's behaviour (no such check)")
     episodes_top_k: int = Field(default=10, ge=0, description="k: episodes retrieved per query (§3.4)")
     semantic_top_k: int = Field(default=20, ge=0, description="m = 2k: semantic entries retrieved (§4.1)")
     lexical_weight: float = Field(

@@ -114,7 +114,7 @@ def test_every_setting_described_as_our_addition_records_the_paper_value():
     # an addition is on by default unless its description says its default is the paper's behaviour
     default = NemoriSettings()
     on = {f for f in ours if getattr(default, f) != PAPER_FAITHFUL[f]}
-    assert on == ours - {"association_max_gap_hours", "consolidation_topic_floor"}  # described as off by default
+    assert on == ours - {"association_max_gap_hours"}  # described as off by default
 
 
 def test_every_method_setting_is_described():

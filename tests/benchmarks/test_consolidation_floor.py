@@ -82,3 +82,19 @@ def test_topic_mode_writes_its_own_result_file(tmp_path, capsys):
     main(["--embedder", "hashing-64", "--out", str(tmp_path), "--topic"])
     assert "suggested consolidation_topic_floor" in capsys.readouterr().out
     assert (tmp_path / "consolidation_floor-hashing-64-topic.json").exists()
+
+
+@pytest.mark.skipif(find_minilm_dir() is None, reason="all-MiniLM-L6-v2 is not on this machine")
+def test_at_the_default_topic_floor_27_of_28_updates_reach_p_con_and_no_negative_leaks():
+    """The cost of the topic floor: "Noor wants to study medicine" → "… an architect instead" (masked 0.19)."""
+    from nemori_dspy.config import CONSOLIDATION_TOPIC_FLOOR
+    from nemori_dspy.embedders import resolve_embedder
+
+    pairs = load_pairs(DEFAULT_PAIRS)
+    embedder = resolve_embedder(NemoriSettings())
+    a = np.asarray(embedder.embed([p.existing for p in pairs]))
+    b = np.asarray(embedder.embed([p.insight for p in pairs]))
+    sims = topic_cosines(pairs, embedder.embed, np.einsum("ij,ij->i", a, b), CONSOLIDATION_MIN_SIMILARITY)
+    row = sweep(pairs, sims, [CONSOLIDATION_TOPIC_FLOOR])[0]
+    assert NemoriSettings().consolidation_topic_floor == CONSOLIDATION_TOPIC_FLOOR
+    assert (row["reach"]["update"], row["reach"]["refinement"], row["leaked"]) == (27, 12, 0)
