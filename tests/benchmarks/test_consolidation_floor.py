@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.consolidation_floor import (DEFAULT_PAIRS, KINDS, Pair, load_pairs, main, pair_speakers, suggest,
-                                           sweep, topic_cosines)
+from benchmarks.consolidation_floor import (DEFAULT_PAIRS, KINDS, Pair, cosines, load_pairs, main, pair_speakers,
+                                           suggest, sweep, topic_cosines)
 from nemori_dspy.config import CONSOLIDATION_MIN_SIMILARITY, NemoriSettings
 from nemori_dspy.embedders import find_minilm_dir
 
@@ -41,16 +41,23 @@ def test_runs_with_the_hashing_embedder(tmp_path, capsys):
     assert json.loads((tmp_path / "consolidation_floor-hashing-64.json").read_text())["machine"]
 
 
-@pytest.mark.skipif(find_minilm_dir() is None, reason="all-MiniLM-L6-v2 is not on this machine")
-def test_at_the_default_floor_every_update_reaches_p_con_and_15_of_36_negatives_leak():
-    """MiniLM's cosine is dominated by the person's name: 9 of the 15 leaks are the same person on another topic."""
+needs_minilm = pytest.mark.skipif(find_minilm_dir() is None, reason="all-MiniLM-L6-v2 is not on this machine")
+
+
+def _minilm_pairs():
+    """(the committed pairs, the default embedder, each pair's plain cosine)."""
     from nemori_dspy.embedders import resolve_embedder
 
     pairs = load_pairs(DEFAULT_PAIRS)
     embedder = resolve_embedder(NemoriSettings())
-    a = np.asarray(embedder.embed([p.existing for p in pairs]))
-    b = np.asarray(embedder.embed([p.insight for p in pairs]))
-    row = sweep(pairs, np.einsum("ij,ij->i", a, b), [CONSOLIDATION_MIN_SIMILARITY])[0]
+    return pairs, embedder, cosines(pairs, embedder.embed)
+
+
+@needs_minilm
+def test_at_the_default_floor_every_update_reaches_p_con_and_15_of_36_negatives_leak():
+    """MiniLM's cosine is dominated by the person's name: 9 of the 15 leaks are the same person on another topic."""
+    pairs, _, plain = _minilm_pairs()
+    row = sweep(pairs, plain, [CONSOLIDATION_MIN_SIMILARITY])[0]
     assert NemoriSettings().consolidation_min_similarity == CONSOLIDATION_MIN_SIMILARITY
     assert row["reach"]["update"] == sum(p.kind == "update" for p in pairs)
     assert row["reach"]["refinement"] == sum(p.kind == "refinement" for p in pairs)
@@ -84,17 +91,13 @@ def test_topic_mode_writes_its_own_result_file(tmp_path, capsys):
     assert (tmp_path / "consolidation_floor-hashing-64-topic.json").exists()
 
 
-@pytest.mark.skipif(find_minilm_dir() is None, reason="all-MiniLM-L6-v2 is not on this machine")
+@needs_minilm
 def test_at_the_default_topic_floor_27_of_28_updates_reach_p_con_and_no_negative_leaks():
     """The cost of the topic floor: "Noor wants to study medicine" → "… an architect instead" (masked 0.19)."""
     from nemori_dspy.config import CONSOLIDATION_TOPIC_FLOOR
-    from nemori_dspy.embedders import resolve_embedder
 
-    pairs = load_pairs(DEFAULT_PAIRS)
-    embedder = resolve_embedder(NemoriSettings())
-    a = np.asarray(embedder.embed([p.existing for p in pairs]))
-    b = np.asarray(embedder.embed([p.insight for p in pairs]))
-    sims = topic_cosines(pairs, embedder.embed, np.einsum("ij,ij->i", a, b), CONSOLIDATION_MIN_SIMILARITY)
+    pairs, embedder, plain = _minilm_pairs()
+    sims = topic_cosines(pairs, embedder.embed, plain, CONSOLIDATION_MIN_SIMILARITY)
     row = sweep(pairs, sims, [CONSOLIDATION_TOPIC_FLOOR])[0]
     assert NemoriSettings().consolidation_topic_floor == CONSOLIDATION_TOPIC_FLOOR
     assert (row["reach"]["update"], row["reach"]["refinement"], row["leaked"]) == (27, 12, 0)
