@@ -851,6 +851,28 @@ def test_glued_tells_a_concatenation_from_a_merged_statement():
                  "evenings.", sources)
 
 
+def test_a_predicate_glued_on_with_a_pronoun_is_refused_and_a_real_merge_is_kept():
+    from nemori_dspy.modules.semantic import glued_by_pronoun, merge_refusal
+
+    photo = "Melanie shared a photo of her husband and kids from the same week."
+    painting = ["Melanie's painting is special to her."]
+    assert glued_by_pronoun(photo[:-1] + "; it is special to her.", photo, painting)
+    assert merge_refusal(photo[:-1] + "; it is special to her.", photo, painting, {"melanie"}) == "glued"
+    screenplay = "Joanna's new screenplay is about drama and romance."
+    assert glued_by_pronoun(screenplay[:-1] + "; it meets on Thursday evenings.", screenplay,
+                            ["Joanna is writing a new screenplay."])  # said by no source
+    # the tail says what the target says of the same class; the tail carries the insight's news
+    assert not glued_by_pronoun("Priya started a pottery class in April 2022; it meets on Thursday evenings.",
+                                "Priya is starting a pottery class in April 2022.",
+                                ["Priya's pottery class meets on Thursday evenings."])
+    assert not glued_by_pronoun("Caroline went to a support group on 7 May 2023; it made her feel accepted.",
+                                "The support group made Caroline feel accepted.",
+                                ["Caroline went to a support group on 7 May 2023."])
+    assert not glued_by_pronoun("Priya's pottery class, started in April 2022, meets on Thursday evenings.",
+                                "Priya is starting a pottery class in April 2022.",
+                                ["Priya's pottery class meets on Thursday evenings."])
+
+
 def test_a_merge_that_rewrites_a_quoted_passage_is_stored_as_new(tmp_path, ledger):
     quote = "Caroline said on 2023-05-08: “We're thinking about going camping next month.”"
     lm, live = _person_run(tmp_path, chat_reply(
