@@ -581,8 +581,13 @@ def glued(merged: str, sources: list[str]) -> bool:
     word). Such a "merge" unifies nothing (P_con's merge is one statement, §3.3.3); the facts stay apart."""
     parts = [p for p in (word_key(x) for x in _PARTS.split(merged)) if p]
     said = [word_key(src) for src in sources]
-    return len(parts) >= 2 and all(
-        any(p in src or difflib.SequenceMatcher(None, p, src).ratio() >= GLUE_RATIO for src in said) for p in parts)
+    return len(parts) >= 2 and all(_restates(p, said) for p in parts)
+
+
+def _restates(part: str, said: list[str]) -> bool:
+    """True if ``part`` (a ``word_key``) is one of ``said`` (sources' ``word_key``s) restated: held word for word, or
+    difflib ratio ≥ ``GLUE_RATIO``."""
+    return any(part in src or difflib.SequenceMatcher(None, part, src).ratio() >= GLUE_RATIO for src in said)
 
 
 _PRONOUN_LED = re.compile(r"^\s*(it|this|that|these|those|she|he|they)\b", re.IGNORECASE)
@@ -601,8 +606,7 @@ def glued_by_pronoun(merged: str, insight: str, targets: list[str]) -> bool:
     parts = [p.strip() for p in _PARTS.split(merged) if p.strip()]
     if len(parts) < 2 or not all(_PRONOUN_LED.match(p) for p in parts[1:]):
         return False
-    first, said = word_key(parts[0]), [word_key(src) for src in [insight, *targets]]
-    if not any(first in src or difflib.SequenceMatcher(None, first, src).ratio() >= GLUE_RATIO for src in said):
+    if not _restates(word_key(parts[0]), [word_key(src) for src in [insight, *targets]]):
         return False
     head = _content(parts[0])
     return any(_glued_on(_content(p), head, _content(insight) - head, [_content(t) for t in targets])
