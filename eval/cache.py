@@ -33,7 +33,7 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
                        "select_inputs", "resolve_relative_dates", "partition_message_chars",
                        "anticipate_without_facts", "consolidate_within_episode", "message_timestamps",
                        "hold_open_segment", "seed_demos", "association_min_similarity",
-                       "distill_chunk_messages", "consolidation_topic_floor")
+                       "distill_chunk_messages", "consolidation_topic_floor", "narrate_chunk_messages")
 #: Version of what construction code writes into memory, part of every key: bump it when the pipeline stores
 #: different things for the same settings and prompts (2: similarity floor, duplicate skip, noise guard and event
 #: times on facts; 3: τ per embedder, flat management, cost switches, lexical index; 4: verbatim-copy and question
@@ -43,9 +43,9 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: a prose list reply read as its sentences; 9: a narrative or cue that only restates a seed demo re-asked, then
 #: the messages quoted, instead of the session left unbuilt; 10: narrative polish (restatements dropped,
 #: first-person sentences quoted) and distill_chunk_messages; 11: insights that only report a pleasantry dropped;
-#: 12: a P_con merge gluing on a predicate with a pronoun refused), so memories built by older code are never
+#: 12: a P_con merge gluing on a predicate with a pronoun refused; 13: narrate_chunk_messages), so memories built by older code are never
 #: reused as if they were current.
-MEMORY_FORMAT = 12
+MEMORY_FORMAT = 13
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

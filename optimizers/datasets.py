@@ -95,17 +95,20 @@ def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
 
 def narrate_session_examples(conversations: Iterable[LoCoMoConversation], settings: "NemoriSettings",
                              labelled_only: bool = True) -> list[dspy.Example]:
-    """One P_nar example per session of each conversation, with no memory built: the session's messages rendered
-    exactly as ``EpisodicIntegration`` renders an episode's for P_nar (``formatting.render_messages`` with the
-    settings' ``max_message_chars``, ``max_prompt_chars``, ``resolve_relative_dates``, ``message_timestamps``).
+    """One P_nar example per P_nar call of each session, with no memory built (a session taken as one episode, as
+    P_par leaves it on LoCoMo): the session cut into the runs the pipeline narrates (``semantic.distill_chunks`` with
+    ``narrate_chunk_messages``; one run when unset), each run's messages rendered exactly as ``EpisodicIntegration``
+    renders them for P_nar (``formatting.render_messages`` with the settings' ``max_message_chars``,
+    ``max_prompt_chars``, ``resolve_relative_dates``, ``message_timestamps``).
 
     Returns:
         Examples as ``narrate_examples`` gives them (input ``messages``; labels ``gold_answers``, ``questions``,
-        ``observations``, ``sample_id``), with ``recorded`` = "" (no narrative was written) and ``session`` (its
-        number); sessions with neither a question's evidence nor a gold observation are left out with
-        ``labelled_only``.
+        ``observations``, ``sample_id``, of the run's messages), with ``recorded`` = "" (no narrative was written),
+        ``session`` (its number) and ``run`` (1, 2, … within the session); runs with neither a question's evidence
+        nor a gold observation are left out with ``labelled_only``.
     """
     from nemori_dspy.formatting import render_messages
+    from nemori_dspy.modules.semantic import distill_chunks
     from nemori_dspy.types import StoredMessage
 
     out = []
@@ -114,13 +117,15 @@ def narrate_session_examples(conversations: Iterable[LoCoMoConversation], settin
         for seq, m in enumerate(conv.messages, start=1):
             stored = StoredMessage(**m.model_dump(), user_id=conv.sample_id, seq=seq)
             by_session.setdefault(session_of(m.id) or 0, []).append(stored)
-        for number, msgs in sorted(by_session.items()):
-            labels = _labels(conv, [m.id for m in msgs])
-            if labelled_only and not _labelled(labels):
-                continue
-            text = render_messages(msgs, settings.max_message_chars, settings.max_prompt_chars,
-                                   settings.resolve_relative_dates, settings.message_timestamps)
-            out.append(dspy.Example(messages=text, recorded="", session=number, **labels).with_inputs("messages"))
+        for number, session in sorted(by_session.items()):
+            for run, msgs in enumerate(distill_chunks(session, settings.narrate_chunk_messages), start=1):
+                labels = _labels(conv, [m.id for m in msgs])
+                if labelled_only and not _labelled(labels):
+                    continue
+                text = render_messages(msgs, settings.max_message_chars, settings.max_prompt_chars,
+                                       settings.resolve_relative_dates, settings.message_timestamps)
+                out.append(dspy.Example(messages=text, recorded="", session=number, run=run,
+                                        **labels).with_inputs("messages"))
     return out
 
 

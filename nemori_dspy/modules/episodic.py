@@ -24,6 +24,7 @@ from ..types import Episode, ScoredEpisode, StoredMessage, instant
 from ..recording import stage_meta
 from ..usage import tally
 from .resources import Resources
+from .semantic import distill_chunks
 
 if TYPE_CHECKING:
     from ..config import NemoriSettings
@@ -373,7 +374,12 @@ class EpisodicIntegration(dspy.Module):
     def narrate_group(self, user_id: str, msgs: list[StoredMessage], window: int) -> Episode:
         """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2), never storing junk.
 
-        P_nar is asked once more, with the messages in the other ``message_timestamps`` layout (a new prompt, so
+        With ``narrate_chunk_messages`` set (default ``config.NARRATE_CHUNK_MESSAGES``) P_nar runs on each run of
+        ``semantic.distill_chunks`` (consecutive, as even as possible; ``narrate_chunks`` counts runs of an episode
+        cut in more than one), each run's reply guarded and polished as below; the narrative is the runs'
+        narratives joined in order, the cue their distinct cues joined by "; ".
+
+        Per run, P_nar is asked once more, with the messages in the other ``message_timestamps`` layout (a new prompt, so
         the response cache cannot replay the same reply), when its reply
 
         * is one of the messages copied as a chat line (``<speaker>: …``, ``insight_rules``) under
@@ -387,7 +393,22 @@ class EpisodicIntegration(dspy.Module):
         If the re-ask's narrative is junk or a copied chat line too, the episode gets ``fallback_narrative`` (the
         messages quoted, attributed and dated; ``narrate_fallback``); a junk cue alone gets ``fallback_cue``
         (``narrate_fallback_cue``), and so does a cue restating a seed demo (``narrate_demo_echo_cue``). An echo is
-        never stored."""
+        never stored.
+
+        Raises:
+            LLMError: a P_nar call failed, or every run's narrative is empty (the messages stay buffered).
+        """
+        runs = distill_chunks(msgs, self.res.settings.narrate_chunk_messages)
+        if len(runs) > 1:
+            tally("narrate_chunks", len(runs))
+        parts = [self._narrate_run(run) for run in runs]
+        cue = "; ".join(dict.fromkeys(c for c, _ in parts if c))
+        narrative = " ".join(n for _, n in parts if n)
+        return self._episode(user_id, msgs, cue, narrative, window)
+
+    def _narrate_run(self, msgs: list[StoredMessage]) -> tuple[str, str]:
+        """(cue, narrative) of one P_nar call on ``msgs`` with its re-ask and fallbacks (``narrate_group``), the
+        narrative polished (``polish_narrative``) and the cue checked against the seed demos (``_own_cue``)."""
         layout = self.res.settings.message_timestamps
         pred = self._narrate(msgs, layout)
         cue, narrative = str(pred.cue), str(pred.narrative)
@@ -398,7 +419,7 @@ class EpisodicIntegration(dspy.Module):
             tally("narrate_copied_line" if copied else "narrate_demo_echo_retry" if echo else "narrate_junk_retry")
             pred = self._narrate(msgs, "on_change" if layout == "per_message" else "per_message")
             cue, narrative = self._guarded(msgs, lines, str(pred.cue), str(pred.narrative))
-        return self._episode(user_id, msgs, _own_cue(msgs, lines, cue), narrative, window)
+        return _own_cue(msgs, lines, cue.strip()), polish_narrative(narrative.strip(), lines)
 
     def _guarded(self, msgs: list[StoredMessage], lines: list[SourceLine], cue: str,
                  narrative: str) -> tuple[str, str]:
