@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import dspy
@@ -532,3 +533,37 @@ def test_a_narrative_restating_itself_or_copying_a_first_person_line_is_stored_t
                             "Jon said: \u201cI went to Paris last week with my sister.\u201d")
     assert mem.usage.counters["narrate_restatements_dropped"] == 1
     assert mem.usage.counters["narrate_first_person_quoted"] == 1
+
+
+# --- narrate_chunk_messages: P_nar on runs of an episode's messages
+def _one_episode_narrated(tmp_path, n, **settings):
+    """``n`` messages P_par keeps as one episode; P_nar answers each call with the numbers of the messages it saw."""
+    responders = default_responders(groups_of=100)
+
+    def narrate(i):
+        talks = re.findall(r"talk (\d+)", i["messages"])
+        return chat_reply(cue=f"Caroline and Melanie on talks {talks[0]}-{talks[-1]}",
+                          narrative=f"Caroline and Melanie discussed talks {talks[0]} to {talks[-1]}.")
+
+    responders["NarrateEpisode"] = narrate
+    lm, eps = _run(tmp_path, responders, n=n, **settings)
+    return lm, eps
+
+
+def test_a_long_episode_is_narrated_run_by_run_and_the_narratives_joined_in_order(tmp_path, ledger):
+    lm, eps = _one_episode_narrated(tmp_path, 20, narrate_chunk_messages=8)
+    assert lm.calls["NarrateEpisode"] == 3 and len(eps) == 1            # 20 messages → runs of 7, 6, 7
+    ep = eps[0]
+    assert ep.narrative == ("Caroline and Melanie discussed talks 1 to 7. Caroline and Melanie discussed talks 8 to 13. "
+                            "Caroline and Melanie discussed talks 14 to 20.")
+    assert ep.cue == ("Caroline and Melanie on talks 1-7; Caroline and Melanie on talks 8-13; "
+                      "Caroline and Melanie on talks 14-20")
+    assert len(ep.message_ids) == 20 and ledger.counters["narrate_chunks"] == 3
+
+
+@pytest.mark.parametrize("n, chunk, calls", [(8, 8, 1), (20, None, 1), (9, 8, 2)])
+def test_an_episode_within_the_run_length_or_with_runs_off_is_narrated_in_one_call(tmp_path, n, chunk, calls):
+    """None is the paper's one P_nar call per episode (§3.2.2)."""
+    lm, eps = _one_episode_narrated(tmp_path, n, narrate_chunk_messages=chunk)
+    assert lm.calls["NarrateEpisode"] == calls and len(eps) == 1
+    assert eps[0].narrative.count("discussed") == calls

@@ -236,6 +236,27 @@ def test_session_examples_are_what_p_nar_sees_when_a_session_is_one_episode(tmp_
     assert whole >= 1
 
 
+def test_session_examples_are_the_runs_p_nar_sees_when_it_narrates_in_runs(tmp_path):
+    """With ``narrate_chunk_messages`` the examples are the runs the pipeline sends P_nar (what is tuned is what
+    runs): each example's input is exactly one recorded P_nar prompt, its labels those of the run's messages."""
+    from nemori_dspy.optimizers.datasets import narrate_session_examples
+
+    settings = NemoriSettings(window_size=40, narrate_chunk_messages=3, _env_file=None)
+    lm = ScriptedLM(default_responders(groups_of=100))  # P_par keeps each session as one episode
+    conv = slice_sessions(load_locomo(DATA, ["conv-a"])[0], parse_sessions("1-2"))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        memory = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), settings)
+        with recording(tmp_path / "r.jsonl"):
+            ingest_conversation(memory, conv, progress=False)
+    seen = {r.inputs["messages"]: r.meta["message_ids"] for r in read_records(tmp_path / "r.jsonl")
+            if r.stage == "narrate"}
+    examples = narrate_session_examples([conv], settings, labelled_only=False)
+    assert len(examples) == len(seen) > 2 and {e.run for e in examples} >= {1, 2}
+    for ex in examples:
+        assert ex.messages in seen
+        assert ex.observations == observations_for(conv, list(seen[ex.messages]))
+
+
 def test_optimize_narrate_on_sessions_builds_no_memory(tmp_path, scripted_runtime, capsys):
     assert _optimize(tmp_path, "--stage", "narrate", "--optimizer", "labeled", "--max-demos", "2", "--no-mlflow",
                      "--examples", "sessions") == 0
