@@ -269,7 +269,7 @@ class NemoriSettings(BaseSettings):
         "(see DISTILL_CHUNK_MESSAGES). None = the paper (one P_dis call per episode, §3.3.2)")
     narrate_chunk_messages: int | None = Field(
         default=NARRATE_CHUNK_MESSAGES, ge=2, description="our addition: P_nar runs on runs of at most this many of an "
-        "episode's messages (the runs P_dis reads, ``distill_chunks``) and the episode's narrative is the runs' "
+        "episode's messages (the runs P_dis reads, ``message_runs``) and the episode's narrative is the runs' "
         "narratives joined, its cue their distinct cues joined by '; '; a small narrator loops on a whole session "
         "(see NARRATE_CHUNK_MESSAGES). None = the paper (one P_nar call per episode, §3.2.2)")
     distillation: Literal["prediction_error", "direct"] = Field(default="prediction_error", description="Nemori vs Nemori-s (Appendix D.2)")

@@ -96,7 +96,7 @@ def narrate_examples(records: list[StageRecord], conversations: Iterable[LoCoMoC
 def narrate_session_examples(conversations: Iterable[LoCoMoConversation], settings: "NemoriSettings",
                              labelled_only: bool = True) -> list[dspy.Example]:
     """One P_nar example per P_nar call of each session, with no memory built (a session taken as one episode, as
-    P_par leaves it on LoCoMo): the session cut into the runs the pipeline narrates (``semantic.distill_chunks`` with
+    P_par leaves it on LoCoMo): the session cut into the runs the pipeline narrates (``semantic.message_runs`` with
     ``narrate_chunk_messages``; one run when unset), each run's messages rendered exactly as ``EpisodicIntegration``
     renders them for P_nar (``formatting.render_messages`` with the settings' ``max_message_chars``,
     ``max_prompt_chars``, ``resolve_relative_dates``, ``message_timestamps``).
@@ -108,7 +108,7 @@ def narrate_session_examples(conversations: Iterable[LoCoMoConversation], settin
         nor a gold observation are left out with ``labelled_only``.
     """
     from nemori_dspy.formatting import render_messages
-    from nemori_dspy.modules.semantic import distill_chunks
+    from nemori_dspy.modules.semantic import message_runs
     from nemori_dspy.types import StoredMessage
 
     out = []
@@ -118,7 +118,7 @@ def narrate_session_examples(conversations: Iterable[LoCoMoConversation], settin
             stored = StoredMessage(**m.model_dump(), user_id=conv.sample_id, seq=seq)
             by_session.setdefault(session_of(m.id) or 0, []).append(stored)
         for number, session in sorted(by_session.items()):
-            for run, msgs in enumerate(distill_chunks(session, settings.narrate_chunk_messages), start=1):
+            for run, msgs in enumerate(message_runs(session, settings.narrate_chunk_messages), start=1):
                 labels = _labels(conv, [m.id for m in msgs])
                 if labelled_only and not _labelled(labels):
                     continue

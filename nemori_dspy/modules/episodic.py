@@ -24,7 +24,7 @@ from ..types import Episode, ScoredEpisode, StoredMessage, instant
 from ..recording import stage_meta
 from ..usage import tally
 from .resources import Resources
-from .semantic import distill_chunks
+from .semantic import message_runs
 
 if TYPE_CHECKING:
     from ..config import NemoriSettings
@@ -375,7 +375,7 @@ class EpisodicIntegration(dspy.Module):
         """P_nar: cue + narrative + vector v = emb(cue ‖ narrative) (§3.2.2), never storing junk.
 
         With ``narrate_chunk_messages`` set (default ``config.NARRATE_CHUNK_MESSAGES``) P_nar runs on each run of
-        ``semantic.distill_chunks`` (consecutive, as even as possible; ``narrate_chunks`` counts runs of an episode
+        ``semantic.message_runs`` (consecutive, as even as possible; ``narrate_chunks`` counts runs of an episode
         cut in more than one), each run's reply guarded and polished as below; the narrative is the runs'
         narratives joined in order, the cue their distinct cues joined by "; ".
 
@@ -398,7 +398,7 @@ class EpisodicIntegration(dspy.Module):
         Raises:
             LLMError: a P_nar call failed, or every run's narrative is empty (the messages stay buffered).
         """
-        runs = distill_chunks(msgs, self.res.settings.narrate_chunk_messages)
+        runs = message_runs(msgs, self.res.settings.narrate_chunk_messages)
         if len(runs) > 1:
             tally("narrate_chunks", len(runs))
         parts = [self._narrate_run(run) for run in runs]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..config import NemoriSettings
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
-           "predict_episode", "dated_cue", "clean_insights", "human_messages", "distill_chunks",
+           "predict_episode", "dated_cue", "clean_insights", "human_messages", "message_runs",
            "keeps_quotes", "glued", "glued_by_pronoun", "GLUE_RATIO", "merge_refusal", "batch_decisions", "settle_decision", "target_numbers"]
 
 log = logging.getLogger(__name__)
@@ -202,12 +202,13 @@ def human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
     return out
 
 
-def distill_chunks(messages: list[StoredMessage], chunk_messages: int | None) -> list[list[StoredMessage]]:
+def message_runs(messages: list[StoredMessage], chunk_messages: int | None) -> list[list[StoredMessage]]:
     """``messages`` cut into consecutive runs of at most ``chunk_messages``, as even as possible (23 messages at 8
-    → 8, 8, 7); None, or no more messages than that, → one run (the paper: one P_dis call per episode, §3.3.2).
+    → 8, 8, 7); None, or no more messages than that, → one run (the paper: one P_dis and one P_nar call per episode,
+    §3.3.2, §3.2.2). The runs P_dis (``distill_chunk_messages``) and P_nar (``narrate_chunk_messages``) read.
 
     A 1.5B distiller writes about six facts per call however long the episode, so a 20-message session yields a
-    quarter of its gold observations in one call (``distill_chunk_messages``)."""
+    quarter of its gold observations in one call; a 1.5B narrator loops on a whole session."""
     n = len(messages)
     if chunk_messages is None or n <= chunk_messages:
         return [list(messages)]
@@ -294,10 +295,10 @@ class SemanticDistillation(dspy.Module):
         return found, [e.text for e in evoked]
 
     def _per_chunk(self, content: list[StoredMessage], call: Callable[[str], dspy.Prediction]) -> list[str]:
-        """``call`` (P_dis or the direct distiller) on each run of ``distill_chunks`` over ``content``; the
+        """``call`` (P_dis or the direct distiller) on each run of ``message_runs`` over ``content``; the
         cleaned insights of every run in order, a sentence already found in an earlier run kept once."""
         s = self.res.settings
-        chunks = distill_chunks(content, s.distill_chunk_messages)
+        chunks = message_runs(content, s.distill_chunk_messages)
         if len(chunks) > 1:
             tally("distill_chunks", len(chunks))
         found: list[str] = []

@@ -784,10 +784,10 @@ def _msgs(n: int) -> list[StoredMessage]:
 
 @pytest.mark.parametrize("n, size, lengths", [(23, 8, [8, 7, 8]), (16, 8, [8, 8]), (8, 8, [8]), (5, None, [5]),
                                               (9, 8, [4, 5])])
-def test_distill_chunks_are_consecutive_even_runs_of_at_most_the_size(n, size, lengths):
-    from nemori_dspy.modules.semantic import distill_chunks
+def test_message_runs_are_consecutive_even_runs_of_at_most_the_size(n, size, lengths):
+    from nemori_dspy.modules.semantic import message_runs
 
-    chunks = distill_chunks(_msgs(n), size)
+    chunks = message_runs(_msgs(n), size)
     assert [len(c) for c in chunks] == lengths
     assert [m.id for c in chunks for m in c] == [m.id for m in _msgs(n)]
 
