@@ -204,7 +204,7 @@ def human_messages(messages: list[StoredMessage]) -> list[StoredMessage]:
 
 def message_runs(messages: list[StoredMessage], chunk_messages: int | None) -> list[list[StoredMessage]]:
     """``messages`` cut into consecutive runs of at most ``chunk_messages``, as even as possible (23 messages at 8
-    → 8, 8, 7); None, or no more messages than that, → one run (the paper: one P_dis and one P_nar call per episode,
+    → 8, 7, 8); None, or no more messages than that, → one run (the paper: one P_dis and one P_nar call per episode,
     §3.3.2, §3.2.2). The runs P_dis (``distill_chunk_messages``) and P_nar (``narrate_chunk_messages``) read.
 
     A 1.5B distiller writes about six facts per call however long the episode, so a 20-message session yields a

@@ -546,8 +546,7 @@ def _one_episode_narrated(tmp_path, n, **settings):
                           narrative=f"Caroline and Melanie discussed talks {talks[0]} to {talks[-1]}.")
 
     responders["NarrateEpisode"] = narrate
-    lm, eps = _run(tmp_path, responders, n=n, **settings)
-    return lm, eps
+    return _run(tmp_path, responders, n=n, **settings)
 
 
 def test_a_long_episode_is_narrated_run_by_run_and_the_narratives_joined_in_order(tmp_path, ledger):
