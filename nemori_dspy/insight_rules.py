@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_WORDS", "FIRST_PERSON", "SourceLine",
            "not_a_fact", "is_question", "is_reported_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
-           "quote_text", "people_named", "mask_people", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
+           "quote_text", "people_named", "first_name_written", "mask_people", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
@@ -460,6 +460,15 @@ def _named(word: str, speakers: set[str]) -> tuple[str, str] | None:
 def people_named(text: str, speakers: set[str]) -> set[str]:
     """The ``speakers`` (case-folded first names) that ``text`` names, possessives included ("Mel's" → "mel")."""
     return {hit[0] for w in _NAME_WORD.findall(text) if (hit := _named(w, speakers))}
+
+
+def first_name_written(text: str, speakers: set[str]) -> str | None:
+    """The first word of ``text`` naming one of ``speakers`` (case-folded first names), as written and without
+    a possessive tail ("… Mel's dog" → "Mel"), or None."""
+    for w in _NAME_WORD.findall(text):
+        if hit := _named(w, speakers):
+            return w[:len(w) - len(hit[1])]
+    return None
 
 
 def mask_people(text: str, speakers: set[str], placeholder: str = "someone") -> str:

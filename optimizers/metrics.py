@@ -413,7 +413,7 @@ class ObservationMetric:
         return [bool(x) for x in self.matcher.match_matrix(texts, candidates).any(axis=1)]
 
     def _narrate(self, example: Any, pred: Any, golds: list[str]) -> tuple[float, list[str], dict[str, float]]:
-        from nemori_dspy.eval.memory_quality import sentences, with_adjacent_pairs
+        from nemori_dspy.eval.memory_quality import resolve_pronouns, sentences, with_adjacent_pairs
         from nemori_dspy.insight_rules import is_chat_line
         from nemori_dspy.junk import junk_reason
 
@@ -427,7 +427,8 @@ class ObservationMetric:
                          "speakers said and did, with dates."], {"coverage": 0.0, "faithfulness": 0.0}
         sents = sentences(narrative)
         covered = self._stated(golds, with_adjacent_pairs(sents))
-        supported = self._supported(sents, example.messages)
+        people = {who.split()[0].casefold() for who in speakers if who.strip()}
+        supported = self._supported(resolve_pronouns(sents, people), example.messages)
         coverage, faithful = sum(covered) / len(golds), (sum(supported) / len(sents) if sents else 0.0)
         pen, ratio = length_penalty(f"{cue} {narrative}", example.messages)
         notes = [f"Covers {sum(covered)} of {len(golds)} gold observations; {sum(supported)} of {len(sents)} "

@@ -507,3 +507,11 @@ def test_people_named_and_mask_people_read_a_possessive_the_same_way_in_any_case
     text = "MEL'S car, Caroline’s dog and Melanie"
     assert people_named(text, {"mel", "caroline"}) == {"mel", "caroline"}
     assert mask_people(text, {"mel", "caroline"}) == "someone'S car, someone’s dog and Melanie"
+
+
+def test_first_name_written_gives_the_first_person_named_as_written_without_a_possessive():
+    from nemori_dspy.insight_rules import first_name_written
+
+    assert first_name_written("Later MEL'S dog met Caroline.", {"mel", "caroline"}) == "MEL"
+    assert first_name_written("Caroline’s art", {"caroline"}) == "Caroline"
+    assert first_name_written("Nobody came.", {"mel"}) is None

@@ -169,6 +169,42 @@ def test_a_unit_supports_through_its_message_text_not_only_its_speaker_and_month
                              lines) == [False, True]
 
 
+def test_a_leading_pronoun_reads_as_the_person_the_sentence_before_is_about():
+    people = {"caroline", "mel"}
+    sents = ["Caroline went to a support group on 7 May 2023.", "She said it made her feel accepted.",
+             "Her friends were there.", "It was great.", "He's fine.", "They left.", "Mel's kids swam.", "She smiled."]
+    assert mq.resolve_pronouns(sents, people) == [
+        sents[0], "Caroline said it made her feel accepted.", "Caroline's friends were there.", "It was great.",
+        "He's fine.", "They left.", "Mel's kids swam.", "Mel smiled."]
+    assert mq.resolve_pronouns(["She said hi.", "Mel agreed."], people) == ["She said hi.", "Mel agreed."]
+
+
+def _narrative_store(tmp_path: Path, conv, narratives: list[str]) -> SQLiteStore:
+    """One episode per narrative (ids ep0, ep1, …), each over the first four messages of ``conv``."""
+    store = SQLiteStore(tmp_path / "m.sqlite3")
+    emb = HashingEmbedder(64)
+    store.check_embedder(emb.name, emb.dim)
+    stored = store.add_messages(USER, conv.messages)[:4]
+    vec = emb.embed(["x"])[0].tolist()
+    for k, narrative in enumerate(narratives):
+        store.commit_window(USER, k, [Episode(id=f"ep{k}", user_id=USER, cue="pottery", narrative=narrative,
+                                              message_ids=[m.id for m in stored], start=stored[0].timestamp,
+                                              end=stored[-1].timestamp, vector=vec)], [])
+    return store
+
+
+def test_a_pronoun_led_narrative_sentence_is_checked_as_its_persons(tmp_path, session1):
+    """The checker sees "Noor said …" for "She said …" after a sentence about Noor, so a unit about Noor supports it;
+    after a sentence about Elias it needs a unit about Elias, and none says it."""
+    said = "She said she made four lopsided bowls and one of them holds water."
+    store = _narrative_store(tmp_path, session1, [f"{before} {said}" for before in (
+        "Noor went to her first pottery class.", "Elias asked about the class.")])
+    verdicts = {v.id: v for v in mq.audit_memory(store, session1, _matcher(), support=_support()).narratives}
+    assert verdicts["ep0"].supported[1] is True and verdicts["ep0"].sentences[1] == said  # shown as written
+    assert verdicts["ep1"].supported[1] is False
+    store.close()
+
+
 def _store(tmp_path: Path, conv) -> SQLiteStore:
     """Session 1 of synth-1 as two episodes (D1:1-D1:10 and D1:11-D1:19) and six scripted facts."""
     store = SQLiteStore(tmp_path / "m.sqlite3")
@@ -303,15 +339,8 @@ def test_a_fact_crediting_the_wrong_speaker_is_counted_misattributed(tmp_path, s
 def test_a_narrative_sentence_crediting_the_wrong_speaker_is_not_faithful(tmp_path, session1):
     """"Elias made four lopsided bowls" restates Noor's own D1:3; a window holding both speakers' lines matches it,
     but the speaker check marks it misattributed and unsupported."""
-    store = SQLiteStore(tmp_path / "m.sqlite3")
-    emb = HashingEmbedder(64)
-    store.check_embedder(emb.name, emb.dim)
-    stored = store.add_messages(USER, session1.messages)[:4]
-    vec = emb.embed(["x"])[0].tolist()
-    narrative = "Noor went to her first pottery class. Elias made four lopsided bowls and one of them holds water."
-    store.commit_window(USER, 0, [Episode(id="ep0", user_id=USER, cue="pottery", narrative=narrative,
-                                          message_ids=[m.id for m in stored], start=stored[0].timestamp,
-                                          end=stored[-1].timestamp, vector=vec)], [])
+    store = _narrative_store(tmp_path, session1, [
+        "Noor went to her first pottery class. Elias made four lopsided bowls and one of them holds water."])
     (verdict,) = mq.audit_memory(store, session1, _matcher()).narratives
     assert verdict.misattributed == [False, True] and verdict.supported[1] is False
     store.close()

@@ -158,6 +158,22 @@ def test_observation_metric_scores_narratives_by_gold_coverage_and_faithfulness(
             dspy.Example(messages=_MSGS, gold_answers=["Ingrid"]), full))
 
 
+def test_observation_metric_reads_a_pronoun_led_sentence_as_the_person_before_it():
+    """Faithfulness resolves "She" as the Memory table does (``resolve_pronouns``): after a sentence about Noor,
+    "She said her teacher …" is Noor's (stated); after one about Elias it is his, and he said no such thing."""
+    import dspy
+
+    from nemori_dspy.optimizers.metrics import ObservationMetric
+
+    metric = ObservationMetric(_RecallMatcher(), "narrate", _recall_support())
+    ex = dspy.Example(messages=_MSGS, observations=_OBS)
+    said = "She said her teacher Ingrid is a retired chemist."
+    noor = metric(ex, _narr(f"Noor went to her first pottery class on Saturday. {said}"), pred_name="narrate.predict")
+    elias = metric(ex, _narr(f"Elias finished his oak workbench. {said}"), pred_name="narrate.predict")
+    assert "2 of 2 sentences are stated" in noor.feedback
+    assert "1 of 2 sentences are stated" in elias.feedback
+
+
 def test_observation_metric_rewards_distilling_only_what_memory_missed():
     import dspy
 
