@@ -540,7 +540,7 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
     names = set(first)
     if (_clear(share, len(words))
             and _best_shares(words, lines, first, about_self=True).get(who, (0.0, []))[0] < share / 2
-            and all(speaks_of(c, words, names) == "self" for c in tops)
+            and all(speaks_of(c, words, names) == "self" or _shows(insight, who, c, words, names) for c in tops)
             and not any(who in people_named(_without_address(c, who), {who}) for c in tops)):
         return first[who], first[key]
     if (second_person and _clear(own, len(words)) and own > share and len(first) == 2
@@ -548,6 +548,26 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
             and not (SECOND_PERSON | SPEECH_VERBS) & set(_lower_words(insight))):
         return first[who], first[key]
     return None
+
+
+#: an image turn as a message carries it (``eval.locomo`` renders LoCoMo's image turns so): its caption in group 1.
+_CAPTION = re.compile(r"\[shares an image: ([^\]]*)\]")
+#: "<who> shares a picture": the verb after the person it credits (group 1), then a picture word.
+_SHARING = r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b" \
+           r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
+
+
+def _shows(insight: str, who: str, content: str, words: set[str], names: set[str]) -> bool:
+    """True when ``insight`` says that ``who`` (case-folded first name) shared a picture and a caption of
+    ``content`` (``[shares an image: …]``) holds what it says (``_clear``): an image a message shares is its
+    speaker's, though a caption speaks of no one ("Caroline shares an image of a man and a little girl by a
+    waterfall" from Melanie's picture). A sentence whose sharer is a pronoun ("She shared …, which Melanie liked")
+    does not count."""
+    if not re.search(_SHARING.format(who=re.escape(who)), insight, re.IGNORECASE):
+        return False
+    caption = " ".join(_CAPTION.findall(content))
+    held = words & {_stem(w) for w in content_words(caption, names)} if caption else set()
+    return _clear(len(held) / len(words), len(words))
 
 
 def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str], about_self: bool = False

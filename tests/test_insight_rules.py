@@ -267,6 +267,25 @@ def test_a_tie_with_a_message_about_the_speaker_leaves_the_fact_alone():
     assert misattributed_to("Melanie's painting of the sunset over a lake is special to her.", lines) is None
 
 
+SHARED_PICTURE = [
+    ("Melanie", "I'm lucky to have my husband and kids; they keep me motivated. [shares an image: a photo of a man "
+                "and a little girl standing in front of a waterfall]", None),
+    ("Caroline", "Wow, what an amazing family pic! How long have you been married?", None),
+]
+
+
+def test_a_shared_picture_is_credited_to_the_speaker_whose_caption_it_is():
+    """A caption speaks of no one, so the first-person rule alone left "Caroline shares an image …" of Melanie's
+    picture as it was; the sharer named before the verb is checked against who shared it."""
+    wrong = "Caroline shares an image of a man and a little girl standing in front of a waterfall."
+    assert rule_insight(wrong, SHARED_PICTURE) == (wrong.replace("Caroline", "Melanie"), "reattributed")
+    assert misattributed_to(wrong.replace("Caroline", "Melanie"), SHARED_PICTURE) is None
+    # the sharer is a pronoun, or the named person only reacts to the picture: left alone
+    assert misattributed_to("She shared a picture of a man and a little girl at a waterfall, which Caroline loved.",
+                            SHARED_PICTURE) is None
+    assert misattributed_to("Caroline loved the waterfall with a man and a little girl.", SHARED_PICTURE) is None
+
+
 def test_a_narrative_sentence_crediting_the_wrong_speaker_is_put_right_and_the_rest_kept():
     from nemori_dspy.insight_rules import reattribute_sentences
 
