@@ -93,6 +93,8 @@ GUARDS: dict[str, tuple[str, str]] = {
                                             "states: stored as new instead"),
     "consolidation.merge_refused_quote": ("consolidate", "merged text changed a quoted passage: stored as new "
                                           "instead"),
+    "consolidation.merge_refused_first_person": ("consolidate", "merged text said I or we outside a quote where "
+                                                 "no source did (a chat line copied in): stored as new instead"),
     "consolidation.merge_refused_glued": ("consolidate", "merged text only strung its sources together, or glued "
                                           "another fact's predicate on with a pronoun: stored as new instead"),
     "consolidation.merge_refused_person": ("consolidate", "merged text names people the insight and targets do "

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (SourceLine, dated_message_lines, echoes_demo, mask_people, no_subject, people_named, redate,
-                             rule_insight, source_lines, word_key)
+from ..insight_rules import (FIRST_PERSON, SourceLine, dated_message_lines, echoes_demo, mask_people, no_subject,
+                             people_named, redate, rule_insight, source_lines, word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..recording import stage_meta
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["same_person_candidates", "people_named", "keeps_content", "MERGE_KEEP", "SemanticDistillation", "Consolidation", "DUPLICATE_COSINE", "NOTHING_PREDICTED", "normalise_fact",
            "predict_episode", "dated_cue", "clean_insights", "human_messages", "message_runs",
-           "keeps_quotes", "glued", "glued_by_pronoun", "GLUE_RATIO", "merge_refusal", "batch_decisions", "settle_decision", "target_numbers"]
+           "keeps_quotes", "adds_first_person", "glued", "glued_by_pronoun", "GLUE_RATIO", "merge_refusal", "batch_decisions", "settle_decision", "target_numbers"]
 
 log = logging.getLogger(__name__)
 
@@ -576,6 +576,17 @@ def keeps_quotes(merged: str, sources: list[str]) -> bool:
     return all(any(word_key(q) in src for src in said) for q in _QUOTED.findall(merged))
 
 
+def adds_first_person(merged: str, sources: list[str]) -> bool:
+    """True if ``merged``, outside its “quoted passages”, says "I", "my", "we" … (``insight_rules.FIRST_PERSON``)
+    where no source does: a memory fact is a third-person statement, and such words are a chat line copied into
+    it. Seen with the 1.5B P_con on conv-26: "Caroline told Melanie about choosing adoption services …; the
+    transgender stories were so inspiring! I was so happy and thankful for all the support." (the tail copied from a
+    quote in an entry it did not target)."""
+    def said(text: str) -> set[str]:
+        return set(word_key(_QUOTED.sub(" ", text).replace("’", "'")).split()) & FIRST_PERSON
+    return bool(said(merged) - set().union(*(said(src) for src in sources)))
+
+
 def glued(merged: str, sources: list[str]) -> bool:
     """True if ``merged`` only strings its sources together: it splits (at sentence ends and semicolons) into two or
     more parts and every part restates one source (difflib ratio ≥ ``GLUE_RATIO``, or a source holds it word for
@@ -629,13 +640,15 @@ def merge_refusal(merged: str, insight: str, targets: list[str], speakers: set[s
     ``junk`` (echoes an instruction, a field description or a placeholder, ``junk.junk_reason``: a tuned P_con wrote
     "… This information is already present in the existing entries for …" into merged texts), ``person`` (names
     other people, ``_keeps_people``), ``content`` (drops what a source states, ``keeps_content``), ``quote``
-    (changes a quoted passage, ``keeps_quotes``), ``glued`` (only strings its sources together, ``glued``, or glues
+    (changes a quoted passage, ``keeps_quotes``), ``first_person`` (says "I" or "we" outside a quote where no source
+    does, ``adds_first_person``), ``glued`` (only strings its sources together, ``glued``, or glues
     a predicate on with a pronoun, ``glued_by_pronoun``); the first that applies, in that order."""
     sources = [insight, *targets]
     checks = (("junk", lambda: junk_reason(merged) is not None),
               ("person", lambda: not _keeps_people(merged, insight, targets, speakers)),
               ("content", lambda: not keeps_content(merged, sources)),
               ("quote", lambda: not keeps_quotes(merged, sources)),
+              ("first_person", lambda: adds_first_person(merged, sources)),
               ("glued", lambda: glued(merged, sources) or glued_by_pronoun(merged, insight, targets)))
     return next((why for why, fails in checks if fails()), None)
 

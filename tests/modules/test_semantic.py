@@ -943,3 +943,16 @@ def test_a_candidate_sharing_only_the_persons_name_stays_away_from_p_con_under_t
 def test_without_the_topic_floor_the_same_candidate_reaches_p_con(tmp_path, ledger):
     assert _topic_run(tmp_path, consolidation_topic_floor=None) == ["ConsolidateKnowledge"]
     assert "consolidation.other_topic" not in ledger.counters
+
+
+def test_a_merge_saying_i_or_we_outside_a_quote_where_no_source_does_is_refused():
+    from nemori_dspy.modules.semantic import adds_first_person, merge_refusal
+
+    insight = "Caroline told Melanie about choosing adoption services for LGBTQ+ folks."
+    target = "Caroline went to a LGBTQ support group on 7 May 2023."
+    copied = f"{insight[:-1]}; the transgender stories were so inspiring! I was so happy and thankful for the support."
+    assert merge_refusal(copied, insight, [target], {"caroline", "melanie"}) == "first_person"
+    # inside a quote, or said by a source already, first-person words are no sign of a copied chat line
+    assert not adds_first_person("Sam said: “I quit my job.” He moved to Lisbon.", ["Sam said: “I quit my job.”"])
+    assert not adds_first_person("Sam and I met at the bakery.", ["Sam and I met in 2020."])
+    assert adds_first_person("Sam’s kids love us.", ["Sam's kids love the park."])
