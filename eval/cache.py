@@ -44,8 +44,8 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: the messages quoted, instead of the session left unbuilt; 10: narrative polish (restatements dropped,
 #: first-person sentences quoted) and distill_chunk_messages; 11: insights that only report a pleasantry dropped;
 #: 12: a P_con merge gluing on a predicate with a pronoun refused; 13: narrate_chunk_messages; 14: a shared picture
-#: credited to the speaker whose caption it is, a P_con merge saying "I" or "we" where no source does refused), so memories built by
-#: older code are never reused as if they were current.
+#: credited to the speaker whose caption it is, a P_con merge saying "I" or "we" where no source does refused), so
+#: memories built by older code are never reused as if they were current.
 MEMORY_FORMAT = 14
 
 

@@ -49,9 +49,9 @@ from nemori_dspy.embedders import Embedder
 from nemori_dspy.errors import DatasetError
 from nemori_dspy.eval.locomo import LoCoMoConversation, session_of
 from nemori_dspy.eval.metrics import format_table
-from nemori_dspy.insight_rules import (COPY_RATIO, copied_passage, echoes_demo, first_name_written, is_attributed, is_question,
-                                      is_verbatim_copy, misattributed_to, people_named, source_lines, speaks_of,
-                                      split_sentences, strip_address)
+from nemori_dspy.insight_rules import (COPY_RATIO, copied_passage, echoes_demo, first_name_written, is_attributed,
+                                      is_question, is_verbatim_copy, misattributed_to, people_named, source_lines,
+                                      speaks_of, split_sentences, strip_address)
 from nemori_dspy.junk import STOP_WORDS, is_fragment, junk_reason
 from nemori_dspy.store.base import MemoryStore
 from nemori_dspy.temporal import annotate_relative_dates, dates_agree

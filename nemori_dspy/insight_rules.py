@@ -552,7 +552,7 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
 
 #: an image turn as a message carries it (``eval.locomo`` renders LoCoMo's image turns so): its caption in group 1.
 _CAPTION = re.compile(r"\[shares an image: ([^\]]*)\]")
-#: "<who> shares a picture": the verb after the person it credits (group 1), then a picture word.
+#: "<who> shares a picture": the sharing verb right after the person it credits (``{who}``), then a picture word.
 _SHARING = r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b" \
            r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 

@@ -582,8 +582,9 @@ def adds_first_person(merged: str, sources: list[str]) -> bool:
     it. Seen with the 1.5B P_con on conv-26: "Caroline told Melanie about choosing adoption services …; the
     transgender stories were so inspiring! I was so happy and thankful for all the support." (the tail copied from a
     quote in an entry it did not target)."""
-    def said(text: str) -> set[str]:
-        return set(word_key(_QUOTED.sub(" ", text).replace("’", "'")).split()) & FIRST_PERSON
+    def said(text: str) -> set[str]:  # "US" is the country, not "us"
+        words = _QUOTED.sub(" ", text).replace("’", "'").split()
+        return {w.casefold().strip(".,;:!?()\"") for w in words if w.strip(".,;:!?()") != "US"} & FIRST_PERSON
     return bool(said(merged) - set().union(*(said(src) for src in sources)))
 
 
