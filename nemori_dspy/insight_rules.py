@@ -46,7 +46,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
-           "is_pleasantry"]
+           "is_pleasantry", "PREDICTION_ECHO_OVERLAP", "restates_prediction"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -853,3 +853,48 @@ def quote_first_person(text: str, lines: list[SourceLine]) -> tuple[str, int, in
     if not quoted and not dropped:
         return text, 0, 0
     return " ".join(s for s in out if s is not None), quoted, dropped
+
+
+# ------------------------------------------------------------------------------------------ P_ant's prediction
+#: share of an insight's claim words one sentence of P_ant's prediction must hold for ``restates_prediction``.
+PREDICTION_ECHO_OVERLAP = 0.75
+
+
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
+
+
+def _roots(sentence: str, speakers: set[str]) -> frozenset[str]:
+    """``_claim_words`` of ``sentence`` without possessive 's ("Melanie's" is a name) and with a doubled last
+    letter undone ("plann" of "planning" meets "plan" of "plans")."""
+    return frozenset(w[:-1] if len(w) > 3 and w[-1] == w[-2] and w.isalpha() else w
+                     for w in _claim_words(_POSSESSIVE.sub("", sentence), speakers))
+
+
+def restates_prediction(insight: str, predicted: str, lines: list[SourceLine]) -> bool:
+    """Whether a P_dis insight restates P_ant's prediction rather than a message: one sentence of ``predicted``
+    holds ≥ ``PREDICTION_ECHO_OVERLAP`` of its claim words (``_claim_words``: content words stemmed, names and verbs
+    of speaking aside) while no message of ``lines`` holds ``ATTRIBUTION_OVERLAP`` of them, and it has at least
+    ``RESTATEMENT_MIN_WORDS``.
+
+    P_dis keeps what the prediction *missed* (§3.3.2); a sentence it took from the prediction and the messages do
+    not hold is no prediction error but its input copied back. conv-26: the cue "Melanie tells Caroline about her
+    plans to adopt a child" (Caroline's plan) became P_ant's "Melanie tells Caroline about her charity race and
+    plans to adopt a child.", and P_dis returned "Melanie is planning to adopt a child." from a run of messages about
+    the charity race and self-care. An insight a message states ("Caroline chose adoption services for LGBTQ+
+    folks" beside "I chose them 'cause they help LGBTQ+ folks with adoption") is kept whatever the prediction says.
+
+    Args:
+        insight: one insight as P_dis wrote it.
+        predicted: P_ant's prediction as P_dis saw it (``NOTHING_PREDICTED`` holds no claim of an episode).
+        lines: the messages P_dis saw (``SourceLine``).
+    """
+    if not predicted.strip() or not lines:
+        return False
+    speakers = set(_first_names(lines))
+    claim = _roots(insight, speakers)
+    if len(claim) < RESTATEMENT_MIN_WORDS:
+        return False
+    if not any(len(claim & _roots(p, speakers)) >= PREDICTION_ECHO_OVERLAP * len(claim)
+               for p in split_sentences(predicted)):
+        return False
+    return all(len(claim & _roots(content, speakers)) < ATTRIBUTION_OVERLAP * len(claim) for _, content, _ in lines)

@@ -116,12 +116,13 @@ class NarrateProgram(StageProgram):
         return dspy.Prediction(cue=str(pred.cue).strip(), narrative=narrative)
 
 
-def clean_insights(raw: object, episode_messages: str = "") -> list[str]:
+def clean_insights(raw: object, episode_messages: str = "", predicted_episode: str = "") -> list[str]:
     """P_dis output → distinct non-empty insight strings, bullets stripped, and with the rendered
-    ``episode_messages`` questions, chat lines and verbatim copies dropped (as the pipeline stores them)."""
+    ``episode_messages`` questions, chat lines, verbatim copies and restatements of ``predicted_episode`` (P_ant's
+    prediction) dropped (as the pipeline stores them)."""
     from nemori_dspy.modules.semantic import clean_insights as _clean
 
-    return _clean(raw, episode_messages)
+    return _clean(raw, episode_messages, predicted=predicted_episode)
 
 
 class DistillProgram(StageProgram):
@@ -144,7 +145,8 @@ class DistillProgram(StageProgram):
             predicted_episode = predict_episode(lambda **kw: self.call("anticipate", **kw), self._settings.value,
                                                 episode_cue, list(known_facts))
         found = self.call("distill", episode_messages=episode_messages, predicted_episode=predicted_episode).insights
-        return dspy.Prediction(insights=clean_insights(found, episode_messages), predicted_episode=predicted_episode)
+        return dspy.Prediction(insights=clean_insights(found, episode_messages, predicted_episode),
+                               predicted_episode=predicted_episode)
 
 
 class ConsolidateProgram(StageProgram):

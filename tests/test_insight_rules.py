@@ -534,3 +534,28 @@ def test_first_name_written_gives_the_first_person_named_as_written_without_a_po
     assert first_name_written("Later MEL'S dog met Caroline.", {"mel", "caroline"}) == "MEL"
     assert first_name_written("Caroline’s art", {"caroline"}) == "Caroline"
     assert first_name_written("Nobody came.", {"mel"}) is None
+
+
+# ------------------------------------------------------------------------------------------ P_ant's prediction
+from nemori_dspy.insight_rules import restates_prediction  # noqa: E402
+
+_RACE_LINES = [("Noor", "I ran a charity race for the food bank on Saturday. It made me think about rest days.",
+                "2023-04-10"),
+               ("Dario", "So proud of you, Noor! Taking time for yourself matters.", "2023-04-10")]
+_PREDICTED = ("Noor tells Dario about her charity race and plans to adopt a kitten. Dario tells Noor about "
+              "choosing a cycling club for beginners.")
+
+
+def test_an_insight_taken_from_the_prediction_that_no_message_holds_restates_it():
+    assert restates_prediction("Noor is planning to adopt a kitten.", _PREDICTED, _RACE_LINES)
+    assert restates_prediction("Noor's charity race is exciting, and she plans to adopt a kitten.", _PREDICTED,
+                               _RACE_LINES)  # a possessive name is still a name
+    assert restates_prediction("Dario chose a cycling club for beginners.", _PREDICTED, _RACE_LINES)
+
+
+def test_an_insight_a_message_holds_is_kept_whatever_the_prediction_says():
+    assert not restates_prediction("Noor ran a charity race for the food bank.", _PREDICTED, _RACE_LINES)
+    assert not restates_prediction("Noor is planning to adopt a kitten.", "", _RACE_LINES)
+    assert not restates_prediction("Noor is planning to adopt a kitten.", _PREDICTED, [])
+    # under RESTATEMENT_MIN_WORDS claim words: too little to judge
+    assert not restates_prediction("Noor adopts kittens.", _PREDICTED, _RACE_LINES)

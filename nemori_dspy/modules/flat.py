@@ -83,7 +83,8 @@ class FlatSummaryDistillation(dspy.Module):
             tally("evoke_empty")
         predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
                                     known_facts=[summary] if summary else []).predicted_episode
-        return clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights, msgs)
+        return clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights, msgs,
+                              predicted=str(predicted))
 
     def rewrite(self, summary: str, insights: list[str]) -> str:
         """P_sum(summary, insights), guarded: an empty reply, or one shorter than half the old summary, is

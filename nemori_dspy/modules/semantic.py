@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
 from ..insight_rules import (FIRST_PERSON, SourceLine, dated_message_lines, echoes_demo, mask_people, no_subject,
-                             people_named, redate, rule_insight, source_lines, word_key)
+                             people_named, redate, restates_prediction, rule_insight, source_lines, word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..recording import stage_meta
@@ -104,7 +104,8 @@ class Consolidation:
         return False
 
 
-def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessage] | None = None) -> list[str]:
+def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessage] | None = None,
+                   predicted: str = "") -> list[str]:
     """The insights to store from a P_dis / Nemori-s reply: distinct, non-empty strings (bullets stripped);
     None or [] → [].
 
@@ -114,6 +115,7 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
         source: the episode's ``StoredMessage`` list P_dis saw (speaker, content, timestamp); with ``messages``
             or alone it tells which message an insight copies and its date. Neither given: only the checks that
             need no messages run.
+        predicted: P_ant's prediction P_dis saw ("" for the direct distiller): with messages, step 7 runs.
 
     Each insight, in order (every drop logged at INFO and counted in the ledger):
 
@@ -136,7 +138,11 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
        stories and advice.") → ``insights_dropped.no_subject``;
     6. with messages, a fact dating its event otherwise than the message that tells it (``insight_rules.redate``:
        "ran a charity race on 25 May 2023" for "I ran … on 20 May 2023 (last Saturday)") gets the message's date,
-       ``insights_redated``.
+       ``insights_redated``;
+    7. with messages and ``predicted``, a fact restating a sentence of the prediction that no message holds
+       (``insight_rules.restates_prediction``: "Melanie is planning to adopt a child." from the prediction's
+       "… and plans to adopt a child.", on messages about a charity race) → dropped,
+       ``insights_dropped.predicted_only``: P_dis keeps what the prediction missed (§3.3.2), not the prediction.
 
     A third-person fact restating a message (``"Caroline went to an LGBTQ support group on 7 May 2023."``) is kept
     as it is.
@@ -154,6 +160,10 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
             if reason is not None:
                 tally(f"insights_dropped.{reason}" if reason != "noise" else "noise_insights_dropped")
                 log.info("insight dropped (%s): %r", reason, t[:200])
+            continue
+        if predicted and lines and reason != "attributed" and restates_prediction(fact, predicted, lines):
+            tally("insights_dropped.predicted_only")
+            log.info("insight dropped (predicted_only): %r", t[:200])
             continue
         fact = strip_relative_notes(fact)
         if normalise_fact(fact) in {normalise_fact(o) for o in out}:
@@ -291,12 +301,15 @@ class SemanticDistillation(dspy.Module):
             return self._per_chunk(content, lambda msgs: self.direct_distill(episode_messages=msgs)), []
         evoked = self.evoke(user_id, episode)
         predicted = predict_episode(self.anticipate, s, dated_cue(episode), [render_fact(e) for e in evoked])
-        found = self._per_chunk(content, lambda msgs: self.distill(episode_messages=msgs, predicted_episode=predicted))
+        found = self._per_chunk(content, lambda msgs: self.distill(episode_messages=msgs, predicted_episode=predicted),
+                                predicted)
         return found, [e.text for e in evoked]
 
-    def _per_chunk(self, content: list[StoredMessage], call: Callable[[str], dspy.Prediction]) -> list[str]:
+    def _per_chunk(self, content: list[StoredMessage], call: Callable[[str], dspy.Prediction],
+                   predicted: str = "") -> list[str]:
         """``call`` (P_dis or the direct distiller) on each run of ``message_runs`` over ``content``; the
-        cleaned insights of every run in order, a sentence already found in an earlier run kept once."""
+        cleaned insights of every run in order (``clean_insights``, with P_ant's ``predicted`` for P_dis), a
+        sentence already found in an earlier run kept once."""
         s = self.res.settings
         chunks = message_runs(content, s.distill_chunk_messages)
         if len(chunks) > 1:
@@ -306,7 +319,7 @@ class SemanticDistillation(dspy.Module):
             msgs = render_messages(chunk, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
                                    s.message_timestamps)
             with stage_meta(message_ids=[m.id for m in chunk]):
-                found.extend(clean_insights(call(msgs).insights, msgs, chunk))
+                found.extend(clean_insights(call(msgs).insights, msgs, chunk, predicted))
         first: dict[str, str] = {}
         for f in found:
             first.setdefault(normalise_fact(f), f)

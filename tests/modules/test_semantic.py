@@ -903,6 +903,19 @@ def test_an_insight_that_names_nobody_and_opens_with_a_pronoun_is_dropped(ledger
     assert ledger.counters["insights_dropped.no_subject"] == 2
 
 
+def test_an_insight_copied_from_the_prediction_that_no_message_holds_is_dropped(ledger):
+    from nemori_dspy.modules.semantic import NOTHING_PREDICTED, clean_insights
+
+    msgs = ("[2023-05-25 13:14]\nMelanie: I ran a charity race for mental health on 20 May 2023. It made me think "
+            "about self-care.\nCaroline: That's great, Mel! I'm proud of you.")
+    predicted = "Melanie tells Caroline about her charity race and plans to adopt a child."
+    insights = ["Melanie ran a charity race for mental health on 20 May 2023.", "Melanie is planning to adopt a child."]
+    assert clean_insights(insights, msgs, predicted=predicted) == insights[:1]
+    assert ledger.counters["insights_dropped.predicted_only"] == 1
+    assert clean_insights(insights, msgs, predicted=NOTHING_PREDICTED) == insights  # no prediction to copy
+    assert clean_insights(insights, msgs) == insights
+
+
 def test_settle_decision_is_the_rule_the_pipeline_stores_by():
     from nemori_dspy.modules.semantic import settle_decision
 

@@ -173,6 +173,20 @@ def test_distill_program_freezes_what_it_does_not_tune(built):
     assert sorted(n for n, _ in both.named_predictors()) == ["anticipate.predict", "distill.predict"]
 
 
+def test_the_distill_program_drops_what_only_the_prediction_says(built):
+    """What is tuned is what runs: an insight P_dis copied from the prediction it was shown, which no message holds,
+    is dropped in the program as in the pipeline (``insights_dropped.predicted_only``)."""
+    memory = built[0]
+    insights = ["Jon went to Paris last week with his sister.", "Jon is planning to adopt a puppy."]
+    lm = ScriptedLM({**default_responders(), "DistillPredictionError": lambda i: chat_reply(insights=insights)})
+    rendered = "[2023-05-24 10:00] Jon: Hey Gina!\nJon: I went to Paris last week with my sister.\nGina: Wow!"
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = DistillProgram(memory.pipeline)(episode_cue="(2023-05-24) Jon tells Gina about Paris", known_facts=[],
+                                               episode_messages=rendered,
+                                               predicted_episode="Jon tells Gina about Paris and plans to adopt a puppy.")
+    assert pred.insights == insights[:1]
+
+
 def test_apply_to_writes_a_compiled_copy_back(built):
     memory = built[0]
     copy = NarrateProgram(memory.pipeline).deepcopy()
