@@ -5,8 +5,9 @@ LoCoMo's image turns reach memory as ``… [shares an image: <caption>]`` (``eva
 writes "Caroline shares an image of a waterfall" of Melanie's picture. For every image turn of a session with two
 speakers this builds the fact "<speaker> shared an image of <caption>" twice, once with the speaker who shared it
 and once with the other, and asks ``insight_rules.reattribute`` (the P_dis guard) about each on the session's
-messages. It prints how many of the wrongly credited facts are put right (recall) and how many of the rightly
-credited ones are left alone (they must all be).
+messages; then the same with both named ("<speaker> shared an image of <caption> with <other>" and the names the
+other way round). It prints how many of the wrongly credited facts are put right (recall) and how many of the
+rightly credited ones are left alone (they must all be), per form.
 
 usage: python -m benchmarks.caption_attribution --data ../shared/data/locomo/locomo10.json
 """
@@ -24,10 +25,10 @@ __all__ = ["CAPTION", "image_facts", "score", "main"]
 CAPTION = re.compile(r"\[shares an image: (?:(?:a|an) (?:photo|picture|photography|image) of )?([^\]]*)\]")
 
 
-def image_facts(messages: list) -> list[tuple[str, str, list]]:
+def image_facts(messages: list, both_named: bool = False) -> list[tuple[str, str, list]]:
     """``(right, wrong, lines)`` per image turn of ``messages`` (one conversation) in sessions of two speakers:
     the fact crediting the sharer, the same fact crediting the other speaker, and the session's messages as
-    ``insight_rules.SourceLine``."""
+    ``insight_rules.SourceLine``. ``both_named``: the facts end "with <the other one>"."""
     from nemori_dspy.insight_rules import source_lines
 
     sessions: dict[str, list] = defaultdict(list)
@@ -43,8 +44,9 @@ def image_facts(messages: list) -> list[tuple[str, str, list]]:
             if hit := CAPTION.search(m.content):
                 other = speakers[1] if m.speaker == speakers[0] else speakers[0]
                 caption = hit.group(1).strip().rstrip(".")
-                out.append((f"{m.speaker} shared an image of {caption}.", f"{other} shared an image of {caption}.",
-                            lines))
+                tail, wrong_tail = (f" with {other}", f" with {m.speaker}") if both_named else ("", "")
+                out.append((f"{m.speaker} shared an image of {caption}{tail}.",
+                            f"{other} shared an image of {caption}{wrong_tail}.", lines))
     return out
 
 
@@ -65,10 +67,13 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     from benchmarks.results_io import table
     from nemori_dspy.eval.locomo import load_locomo
 
-    result = score([f for conv in load_locomo(args.data) for f in image_facts(conv.messages)])
-    print(table(["image turns", "wrong speaker put right", "right speaker kept"],
-                [[result["images"], result["wrong_put_right"], result["right_kept"]]]))
-    return result
+    convs = load_locomo(args.data)
+    result = score([f for conv in convs for f in image_facts(conv.messages)])
+    both = score([f for conv in convs for f in image_facts(conv.messages, both_named=True)])
+    print(table(["fact", "image turns", "wrong speaker put right", "right speaker kept"],
+                [["<A> shared an image of …", result["images"], result["wrong_put_right"], result["right_kept"]],
+                 ["<A> shared an image of … with <B>", both["images"], both["wrong_put_right"], both["right_kept"]]]))
+    return {**result, **{f"both_named_{k}": v for k, v in both.items()}}
 
 
 if __name__ == "__main__":

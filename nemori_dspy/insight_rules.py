@@ -498,7 +498,8 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
     Caroline's "I'm looking into adoption agencies", or "Melanie has such a caring heart" from Melanie's own "You
     have such a caring heart", or "Sam told Evan that he drove his new Prius to the Rockies" from Evan's "I took my
     new Prius to the Rockies". An insight naming both speakers is checked only in that "<A> told <B> that …" form
-    (``_teller_swapped``: ``(A, B)`` when what follows restates B's own words; the names are then swapped). Otherwise
+    (``_teller_swapped``: ``(A, B)`` when what follows restates B's own words; the names are then swapped) and in
+    "<A> shared a photo of … with <B>" (``_sharer_swapped``: B's caption, swapped the same way). Otherwise
     the insight must name exactly one speaker of the episode and a message must hold ≥
     ``ATTRIBUTION_OVERLAP`` of its content words, and at least two of them (crudely stemmed; greetings, reactions and
     names aside). Then:
@@ -524,7 +525,7 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
     if len(first) < 2 or not named:
         return None
     if len(named) == 2:
-        return _teller_swapped(insight, lines, first)
+        return _teller_swapped(insight, lines, first) or _sharer_swapped(insight, lines, first, named)
     if len(named) != 1:
         return None
     (who,) = named
@@ -568,6 +569,40 @@ def _shows(insight: str, who: str, content: str, words: set[str], names: set[str
     caption = " ".join(_CAPTION.findall(content))
     held = words & {_stem(w) for w in content_words(caption, names)} if caption else set()
     return _clear(len(held) / len(words), len(words))
+
+
+#: stems that say a picture was shared but not which one (``_sharer_swapped`` leaves them out of what it matches).
+_PICTURE_STEMS = frozenset({"shar", "share", "show", "post", "send", "sent", "image", "imag", "photo", "picture",
+                            "pictur", "pic", "photograph", "snapshot"})
+
+
+def _sharer_swapped(insight: str, lines: list[SourceLine], first: dict[str, str], named: set[str]
+                    ) -> tuple[str, str] | None:
+    """``(sharer, meant)`` when ``insight`` names both speakers and says the one named right before the sharing verb
+    shared a picture (``_SHARING``; not "<B> and <A> shared") whose caption is the other's: a caption of the other's
+    messages holds the insight's words clearly (``_clear``) and none of the named sharer's holds half as many. The
+    two names are then swapped: "Caroline shared a photo of a painting of a sunset over a lake with Melanie" of
+    Melanie's ``[shares an image: a photo of a painting of a sunset over a lake]`` (Caroline's own caption, "a photo
+    of a dog walking past a wall with a painting of a woman", shares "painting" only: the words saying that a picture
+    was shared, ``_PICTURE_STEMS``, are left out). None otherwise."""
+    words = {_stem(w) for w in content_words(insight, set(first))} - _PICTURE_STEMS
+    if len(words) < 2:
+        return None
+    for who in named:
+        m = re.search(_SHARING.format(who=re.escape(who)), insight, re.IGNORECASE)
+        if m is None or re.search(r"\band\s+$", insight[:m.start()], re.IGNORECASE):
+            continue
+        (other,) = named - {who}
+        held: dict[str, float] = {}
+        for speaker, content, _ in lines:
+            key = speaker.split()[0].casefold() if speaker.strip() else ""
+            caption = " ".join(_CAPTION.findall(content))
+            share = len(words & {_stem(w) for w in content_words(caption, set(first))}) / len(words) if caption else 0.0
+            held[key] = max(held.get(key, 0.0), share)
+        theirs, own = held.get(other, 0.0), held.get(who, 0.0)
+        if _clear(theirs, len(words)) and own < theirs / 2:
+            return first[who], first[other]
+    return None
 
 
 def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str], about_self: bool = False

@@ -286,6 +286,26 @@ def test_a_shared_picture_is_credited_to_the_speaker_whose_caption_it_is():
     assert misattributed_to("Caroline loved the waterfall with a man and a little girl.", SHARED_PICTURE) is None
 
 
+TWO_PICTURES = [
+    ("Caroline", "The stories were inspiring! [shares an image: a photo of a dog walking past a wall with a painting "
+                 "of a woman]", None),
+    ("Melanie", "You'd be a great counselor! By the way, take a look at this. [shares an image: a photo of a "
+                "painting of a sunset over a lake]", None),
+]
+
+
+def test_a_picture_shared_with_the_other_speaker_is_credited_to_whose_caption_it_is():
+    """Both named: "<A> shared a photo of … with <B>" of B's picture swaps the names; the words that only say a
+    picture was shared ("photo") do not count, so Caroline's own painting caption does not hold it too."""
+    wrong = "Caroline shared a photo of a painting of a sunset over a lake with Melanie."
+    right = "Melanie shared a photo of a painting of a sunset over a lake with Caroline."
+    assert misattributed_to(wrong, TWO_PICTURES) == ("Caroline", "Melanie")
+    assert rule_insight(wrong, TWO_PICTURES) == (right, "reattributed")
+    assert misattributed_to(right, TWO_PICTURES) is None
+    # "<B> and <A> shared …" credits both: left alone
+    assert misattributed_to("Melanie and Caroline shared a photo of a sunset over a lake.", TWO_PICTURES) is None
+
+
 def test_a_narrative_sentence_crediting_the_wrong_speaker_is_put_right_and_the_rest_kept():
     from nemori_dspy.insight_rules import reattribute_sentences
 
