@@ -32,7 +32,7 @@ import difflib
 import functools
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .temporal import annotate_relative_dates, date_mentions, dates_agree, spans_overlap
 
@@ -43,7 +43,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "not_a_fact", "is_question", "is_reported_question", "is_chat_line", "is_verbatim_copy", "is_attributed", "message_lines", "dated_message_lines",
            "source_lines", "split_sentences", "content_words", "carries_no_fact", "attributed_fact", "rule_insight",
            "quote_text", "people_named", "first_name_written", "mask_people", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
-           "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP",
+           "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP", "demo_texts",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
            "is_pleasantry", "PREDICTION_ECHO_OVERLAP", "restates_prediction"]
@@ -751,50 +751,70 @@ def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]
 DEMO_ECHO_OVERLAP = 0.8
 
 
-@functools.lru_cache(maxsize=1)
-def _demo_sentences() -> tuple[frozenset[str], ...]:
+def _texts(examples: Iterable[Any]) -> list[str]:
+    """Every string (or list item) field value of ``examples`` (``dspy.Example`` or dicts)."""
+    texts: list[str] = []
+    for ex in examples:
+        for value in (ex.toDict() if hasattr(ex, "toDict") else dict(ex)).values():
+            if isinstance(value, str):
+                texts.append(value)
+            elif isinstance(value, list):
+                texts += [str(v) for v in value]
+    return texts
+
+
+def demo_texts(module: Any) -> tuple[str, ...]:
+    """The texts of every demo ``module``'s predictors show their model (``named_predictors()``: seed, bootstrapped
+    or tuned demos alike), for ``echoes_demo``'s ``demos``; () for None."""
+    if module is None:
+        return ()
+    return tuple(dict.fromkeys(_texts(d for _, p in module.named_predictors() for d in getattr(p, "demos", []))))
+
+
+@functools.lru_cache(maxsize=64)
+def _demo_sentences(extra: tuple[str, ...] = ()) -> tuple[frozenset[str], ...]:
     """Stemmed content words of every sentence of the seed demos (``signatures.demos.SEED_DEMOS``: their messages,
-    narratives, facts, predictions and entries)."""
+    narratives, facts, predictions and entries) and of the ``extra`` demo texts (``demo_texts``)."""
     from nemori_dspy.signatures.demos import SEED_DEMOS
 
-    texts: list[str] = []
-    for examples in SEED_DEMOS.values():
-        for ex in examples:
-            for value in ex.toDict().values():
-                texts += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    texts = _texts(ex for examples in SEED_DEMOS.values() for ex in examples) + list(extra)
     sentences = [x for t in texts for line in t.splitlines() for x in split_sentences(line)]
-    return tuple(frozenset(_stem(w) for w in content_words(x, set())) for x in sentences)
+    return tuple(dict.fromkeys(frozenset(_stem(w) for w in content_words(x, set())) for x in sentences))
 
 
-def echoes_demo(text: str, lines: list[SourceLine]) -> bool:
-    """Whether ``text`` restates a seed demo rather than its episode: a demo sentence holds ≥ ``DEMO_ECHO_OVERLAP``
-    of its content words (at least three of them; crudely stemmed, the episode's speakers aside) and the episode's
-    messages ``lines`` together hold less than half of them. The 1.5B writer stored the demo's "Priya is starting a
-    pottery class in April 2022." and "Tom's sister helped her dog with stairs …" (as Sam's) on conv-49; a fact
-    that merely shares the demo's topic ("Melanie is starting a pottery class") is held by its own messages."""
+def echoes_demo(text: str, lines: list[SourceLine], demos: tuple[str, ...] = ()) -> bool:
+    """Whether ``text`` restates a demo rather than its episode: a sentence of a seed demo, or of the ``demos`` the
+    stage was shown (``demo_texts``: an optimizer's bootstrapped demos), holds ≥ ``DEMO_ECHO_OVERLAP`` of its content
+    words (at least three of them; crudely stemmed, the episode's speakers aside) and the episode's messages
+    ``lines`` together hold less than half of them. The 1.5B writer stored the demo's "Priya is starting a pottery
+    class in April 2022." and "Tom's sister helped her dog with stairs …" (as Sam's) on conv-49; a fact that merely
+    shares the demo's topic ("Melanie is starting a pottery class") is held by its own messages. With two demos the
+    1.5B teacher bootstrapped from conv-26, the 0.5B narrator wrote of Nate and Joanna (conv-42) "… while Melanie
+    encourages her to continue her education and explore career options"."""
     speakers = set(_first_names(lines))
     words = {_stem(w) for w in content_words(text, speakers)}
     if len(words) < 3:
         return False
-    if max((len(words & d) / len(words) for d in _demo_sentences()), default=0.0) < DEMO_ECHO_OVERLAP:
+    if max((len(words & d) / len(words) for d in _demo_sentences(demos)), default=0.0) < DEMO_ECHO_OVERLAP:
         return False
     said = {_stem(w) for _, content, _ in lines for w in content_words(content, speakers)}
     return len(words & said) / len(words) < DEMO_ECHO_OVERLAP / 2
 
 
-def is_demo_echo(text: str, lines: list[SourceLine]) -> bool:
-    """Whether a non-empty narrative is nothing but a seed demo restated: every sentence ``echoes_demo``, so
-    ``drop_demo_echoes`` would leave nothing. The 1.5B writer answered conv-30's first session (Jon lost his banking
-    job) with "On 14 March 2022 Gina told Jon that she had adopted a rescue greyhound named Biscuit …", three times
-    over; the pipeline re-asks such a reply and then quotes the messages instead of leaving the session unbuilt."""
-    return bool(text.strip()) and not drop_demo_echoes(text, lines)[0].strip()
+def is_demo_echo(text: str, lines: list[SourceLine], demos: tuple[str, ...] = ()) -> bool:
+    """Whether a non-empty narrative is nothing but a demo restated: every sentence ``echoes_demo`` (with ``demos``),
+    so ``drop_demo_echoes`` would leave nothing. The 1.5B writer answered conv-30's first session (Jon lost his
+    banking job) with "On 14 March 2022 Gina told Jon that she had adopted a rescue greyhound named Biscuit …",
+    three times over; the pipeline re-asks such a reply and then quotes the messages instead of leaving the session
+    unbuilt."""
+    return bool(text.strip()) and not drop_demo_echoes(text, lines, demos)[0].strip()
 
 
-def drop_demo_echoes(text: str, lines: list[SourceLine]) -> tuple[str, int]:
-    """``(text, dropped)``: a narrative without the sentences that echo a seed demo (``echoes_demo``); unchanged when
-    none does, else its sentences joined by single spaces."""
+def drop_demo_echoes(text: str, lines: list[SourceLine], demos: tuple[str, ...] = ()) -> tuple[str, int]:
+    """``(text, dropped)``: a narrative without the sentences that echo a demo (``echoes_demo`` with ``demos``);
+    unchanged when none does, else its sentences joined by single spaces."""
     sentences = split_sentences(text)
-    kept = [x for x in sentences if not echoes_demo(x, lines)]
+    kept = [x for x in sentences if not echoes_demo(x, lines, demos)]
     return (text, 0) if len(kept) == len(sentences) else (" ".join(kept), len(sentences) - len(kept))
 
 

@@ -24,7 +24,7 @@ import dspy
 
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.formatting import entry_texts, strip_fact_date
-from nemori_dspy.insight_rules import dated_message_lines
+from nemori_dspy.insight_rules import dated_message_lines, demo_texts
 from nemori_dspy.modules.episodic import polish_narrative
 from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, pipeline_stage_owner
 from nemori_dspy.modules.semantic import predict_episode, settle_decision, target_numbers
@@ -71,9 +71,13 @@ class StageProgram(dspy.Module):
         self._lms = _Shared(lms)
         self._settings = _Shared(pipeline.res.settings)  # the rules around the stages read the pipeline's settings
 
+    def stage(self, name: str) -> dspy.Module:
+        """The held stage module ``name`` (tuned or frozen)."""
+        return getattr(self, name) if name in self.tuned else self._frozen.value[name]
+
     def call(self, stage: str, **inputs: Any) -> dspy.Prediction:
         """Run one held stage (tuned or frozen) with its own LM if it has one."""
-        module = getattr(self, stage) if stage in self.tuned else self._frozen.value[stage]
+        module = self.stage(stage)
         lm = self._lms.value.get(stage)
         with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
             return module(**inputs)
@@ -104,7 +108,7 @@ class StageProgram(dspy.Module):
 class NarrateProgram(StageProgram):
     """P_nar alone: ``forward(messages) -> Prediction(cue, narrative)`` (inputs exactly as recorded), the narrative
     polished as the pipeline polishes it before storing (``modules.episodic.polish_narrative``: repeats dropped,
-    speakers put right). The pipeline's re-ask of an echoed or copied reply is not run here: the metric scores an
+    echoes of the demos the program shows dropped, speakers put right). The pipeline's re-ask of an echoed or copied reply is not run here: the metric scores an
     echo or a copy as 0."""
 
     def __init__(self, pipeline: NemoriPipeline) -> None:
@@ -112,17 +116,20 @@ class NarrateProgram(StageProgram):
 
     def forward(self, messages: str) -> dspy.Prediction:
         pred = self.call("narrate", messages=messages)
-        narrative = polish_narrative(str(pred.narrative).strip(), dated_message_lines(messages))
+        narrative = polish_narrative(str(pred.narrative).strip(), dated_message_lines(messages),
+                                     demo_texts(self.stage("narrate")))
         return dspy.Prediction(cue=str(pred.cue).strip(), narrative=narrative)
 
 
-def clean_insights(raw: object, episode_messages: str = "", predicted_episode: str = "") -> list[str]:
+def clean_insights(raw: object, episode_messages: str = "", predicted_episode: str = "",
+                   demos: tuple[str, ...] = ()) -> list[str]:
     """P_dis output → distinct non-empty insight strings, bullets stripped, and with the rendered
-    ``episode_messages`` questions, chat lines, verbatim copies and restatements of ``predicted_episode`` (P_ant's
-    prediction) dropped (as the pipeline stores them)."""
+    ``episode_messages`` questions, chat lines, verbatim copies, restatements of ``predicted_episode`` (P_ant's
+    prediction) and echoes of the ``demos`` P_dis was shown (``insight_rules.demo_texts``) dropped (as the pipeline
+    stores them)."""
     from nemori_dspy.modules.semantic import clean_insights as _clean
 
-    return _clean(raw, episode_messages, predicted=predicted_episode)
+    return _clean(raw, episode_messages, predicted=predicted_episode, demos=demos)
 
 
 class DistillProgram(StageProgram):
@@ -145,7 +152,8 @@ class DistillProgram(StageProgram):
             predicted_episode = predict_episode(lambda **kw: self.call("anticipate", **kw), self._settings.value,
                                                 episode_cue, list(known_facts))
         found = self.call("distill", episode_messages=episode_messages, predicted_episode=predicted_episode).insights
-        return dspy.Prediction(insights=clean_insights(found, episode_messages, predicted_episode),
+        return dspy.Prediction(insights=clean_insights(found, episode_messages, predicted_episode,
+                                                       demo_texts(self.stage("distill"))),
                                predicted_episode=predicted_episode)
 
 

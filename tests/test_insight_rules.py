@@ -579,3 +579,31 @@ def test_an_insight_a_message_holds_is_kept_whatever_the_prediction_says():
     assert not restates_prediction("Noor is planning to adopt a kitten.", _PREDICTED, [])
     # under RESTATEMENT_MIN_WORDS claim words: too little to judge
     assert not restates_prediction("Noor adopts kittens.", _PREDICTED, _RACE_LINES)
+
+
+# ------------------------------------------------------------------------------------------ tuned demos
+def test_an_echo_of_a_demo_the_stage_was_shown_is_caught_not_only_of_a_seed_demo():
+    """An optimizer's bootstrapped demos are demos too: the 0.5B narrator shown two conv-26 demos wrote of Nate and
+    Joanna "… while Melanie encourages her to continue her education and explore career options"."""
+    from nemori_dspy.insight_rules import demo_texts, drop_demo_echoes, echoes_demo
+
+    import dspy
+
+    demo = dspy.Example(messages="Caroline: Gonna continue my edu!", cue="Caroline's plans",
+                        narrative="Melanie encourages her to continue her education and explore career options.",
+                        augmented=True)
+    predictor = dspy.Predict("messages -> cue, narrative")
+    predictor.demos = [demo]
+    demos = demo_texts(predictor)
+    assert "Melanie encourages her to continue her education and explore career options." in demos
+    lines = [("Nate", "I won my first video game tournament last week!", None),
+             ("Joanna", "Congrats! I finished my first screenplay.", None)]
+    echo = "Melanie encourages her to continue her education and explore career options."
+    assert not echoes_demo(echo, lines)  # no seed demo says it
+    assert echoes_demo(echo, lines, demos)
+    narrative = f"Nate won his first video game tournament. {echo}"
+    assert drop_demo_echoes(narrative, lines, demos) == ("Nate won his first video game tournament.", 1)
+    # the episode that tells it keeps it
+    own = [("Caroline", "I'm going to continue my education and explore career options!", None)]
+    assert not echoes_demo("Caroline will continue her education and explore career options.", own, demos)
+    assert demo_texts(None) == ()

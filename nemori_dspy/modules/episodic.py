@@ -15,8 +15,9 @@ import dspy
 import numpy as np
 
 from ..errors import LLMError
-from ..insight_rules import (SourceLine, carries_no_fact, drop_demo_echoes, drop_restatements, echoes_demo, is_chat_line,
-                             is_demo_echo, quote_first_person, quote_text, reattribute_sentences, source_lines)
+from ..insight_rules import (SourceLine, carries_no_fact, demo_texts, drop_demo_echoes, drop_restatements, echoes_demo,
+                             is_chat_line, is_demo_echo, quote_first_person, quote_text, reattribute_sentences,
+                             source_lines)
 from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
@@ -166,12 +167,13 @@ def _speakers_put_right(narrative: str, lines: list[SourceLine], counter: str) -
     return narrative
 
 
-def polish_narrative(narrative: str, lines: list[SourceLine]) -> str:
+def polish_narrative(narrative: str, lines: list[SourceLine], demos: tuple[str, ...] = ()) -> str:
     """What the pipeline does to every P_nar narrative before storing it, and the narrate optimizer's program to
     every output it scores (one code path, so what is tuned is what runs): sentences a looping reply repeats are
     dropped (``junk.drop_repeated_sentences``; tallied ``narrate_repeats_dropped``), so are sentences saying nothing
     an earlier one did not (``insight_rules.drop_restatements``; ``narrate_restatements_dropped``) and sentences
-    restating a seed demo the episode does not hold (``insight_rules.drop_demo_echoes``; ``narrate_demo_echo_dropped``);
+    restating a seed demo, or one of the ``demos`` P_nar was shown, that the episode does not hold
+    (``insight_rules.drop_demo_echoes``; ``narrate_demo_echo_dropped``);
     a sentence speaking in the first person becomes an attributed quote of the message it copies or is dropped
     (``insight_rules.quote_first_person``; ``narrate_first_person_quoted`` / ``narrate_first_person_dropped``); then
     a sentence crediting one speaker with another's words gets the right name (``narrate_reattributed``).
@@ -180,6 +182,7 @@ def polish_narrative(narrative: str, lines: list[SourceLine]) -> str:
         narrative: the reply's narrative, stripped.
         lines: the episode's messages as ``(speaker, content, YYYY-MM-DD or None)`` (``insight_rules.source_lines``
             of stored messages, or ``dated_message_lines`` of the rendered prompt text).
+        demos: the texts of the demos P_nar was shown (``insight_rules.demo_texts`` of the narrate module).
     Returns:
         The narrative to store ("" stays "").
     """
@@ -189,7 +192,7 @@ def polish_narrative(narrative: str, lines: list[SourceLine]) -> str:
     narrative, restated = drop_restatements(narrative, lines)
     if restated:
         tally("narrate_restatements_dropped", restated)
-    narrative, echoes = drop_demo_echoes(narrative, lines)
+    narrative, echoes = drop_demo_echoes(narrative, lines, demos)
     if echoes:
         tally("narrate_demo_echo_dropped", echoes)
     narrative, quoted, unquoted = quote_first_person(narrative, lines)
@@ -216,11 +219,11 @@ def fallback_cue(msgs: Sequence[StoredMessage]) -> str:
     return f"{_names(speakers)} {'talked' if len(speakers) > 1 else 'wrote'} on {_day(msgs[0].timestamp)}"
 
 
-def _own_cue(msgs: Sequence[StoredMessage], lines: list[SourceLine], cue: str) -> str:
-    """``cue``, or ``fallback_cue`` when it restates a seed demo the episode's message ``lines`` do not hold
-    (``insight_rules.echoes_demo``; ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her rescue
-    greyhound Biscuit" for a session about Jon losing his job."""
-    if echoes_demo(cue, lines):
+def _own_cue(msgs: Sequence[StoredMessage], lines: list[SourceLine], cue: str, demos: tuple[str, ...] = ()) -> str:
+    """``cue``, or ``fallback_cue`` when it restates a seed demo (or one of ``demos``) the episode's message ``lines``
+    do not hold (``insight_rules.echoes_demo``; ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her
+    rescue greyhound Biscuit" for a session about Jon losing his job."""
+    if echoes_demo(cue, lines, demos):
         tally("narrate_demo_echo_cue")
         return fallback_cue(msgs)
     return cue
@@ -336,6 +339,11 @@ class EpisodicIntegration(dspy.Module):
         self.select = make("select")
         self.integrate = make("integrate")
 
+    def _demos(self) -> tuple[str, ...]:
+        """The texts of the demos P_nar (and the batched narrator) is shown: seed, bootstrapped or tuned
+        (``insight_rules.demo_texts``), which the echo checks hold a narrative or cue against."""
+        return demo_texts(self.narrate) + demo_texts(self.narrate_batch)
+
     def split(self, messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         """Cut the window at time gaps (``episode_split_gap_hours``), then P_par each segment."""
         s = self.res.settings
@@ -412,14 +420,14 @@ class EpisodicIntegration(dspy.Module):
         layout = self.res.settings.message_timestamps
         pred = self._narrate(msgs, layout)
         cue, narrative = str(pred.cue), str(pred.narrative)
-        lines = source_lines(msgs)
+        lines, demos = source_lines(msgs), self._demos()
         copied = layout != "per_message" and is_chat_line(narrative, {m.speaker for m in msgs})
-        echo = is_demo_echo(narrative, lines)
+        echo = is_demo_echo(narrative, lines, demos)
         if copied or echo or _is_junk(narrative) or _is_junk(cue):
             tally("narrate_copied_line" if copied else "narrate_demo_echo_retry" if echo else "narrate_junk_retry")
             pred = self._narrate(msgs, "on_change" if layout == "per_message" else "per_message")
             cue, narrative = self._guarded(msgs, lines, str(pred.cue), str(pred.narrative))
-        return _own_cue(msgs, lines, cue.strip()), polish_narrative(narrative.strip(), lines)
+        return _own_cue(msgs, lines, cue.strip(), demos), polish_narrative(narrative.strip(), lines, demos)
 
     def _guarded(self, msgs: list[StoredMessage], lines: list[SourceLine], cue: str,
                  narrative: str) -> tuple[str, str]:
@@ -428,7 +436,7 @@ class EpisodicIntegration(dspy.Module):
         (``narrate_fallback_cue``); so is a narrative that only restates a seed demo (``is_demo_echo``). An empty
         narrative is left for ``_episode`` to refuse."""
         if (_is_junk(narrative) or is_chat_line(narrative, {m.speaker for m in msgs})
-                or is_demo_echo(narrative, lines)):
+                or is_demo_echo(narrative, lines, self._demos())):
             tally("narrate_fallback")
             log.info("P_nar gave no usable narrative after a re-ask (%r); storing the messages quoted", narrative[:200])
             narrative = fallback_narrative(msgs)
@@ -483,7 +491,7 @@ class EpisodicIntegration(dspy.Module):
         """The episode of one group of a batched reply; a junk narrative or cue (``junk.junk_reason``), or a narrative
         that only restates a seed demo (``insight_rules.is_demo_echo``), sends the group to ``narrate_group`` (its own
         re-ask and fallback; counted ``narrate_junk_retry``)."""
-        if _is_junk(narrative) or _is_junk(cue) or is_demo_echo(narrative, source_lines(msgs)):
+        if _is_junk(narrative) or _is_junk(cue) or is_demo_echo(narrative, source_lines(msgs), self._demos()):
             tally("narrate_junk_retry")
             return self.narrate_group(user_id, msgs, window)
         return self._episode(user_id, msgs, cue, narrative, window)
@@ -499,7 +507,7 @@ class EpisodicIntegration(dspy.Module):
         """
         s = self.res.settings
         cue, narrative = cue.strip(), narrative.strip()
-        narrative = polish_narrative(narrative, source_lines(msgs))
+        narrative = polish_narrative(narrative, source_lines(msgs), self._demos())
         if not narrative:
             raise LLMError("narration returned an empty narrative; the messages stay buffered. "
                            "Fix: retry later or use a stronger model.")

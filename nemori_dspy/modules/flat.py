@@ -17,6 +17,7 @@ import dspy
 
 from nemori_dspy.formatting import render_messages
 from nemori_dspy.modules.resources import Resources
+from nemori_dspy.insight_rules import demo_texts
 from nemori_dspy.modules.semantic import clean_insights, human_messages
 from nemori_dspy.types import Episode, SemanticEntry, span_union
 from nemori_dspy.usage import tally
@@ -77,14 +78,15 @@ class FlatSummaryDistillation(dspy.Module):
         msgs = render_messages(content, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
                                s.message_timestamps)
         if s.distillation == "direct":
-            return clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs)
+            return clean_insights(self.direct_distill(episode_messages=msgs).insights, msgs,
+                                  demos=demo_texts(self.direct_distill))
         tally("evoke_calls")
         if not summary:
             tally("evoke_empty")
         predicted = self.anticipate(episode_cue=f"({episode.start:%Y-%m-%d}) {episode.cue}",
                                     known_facts=[summary] if summary else []).predicted_episode
         return clean_insights(self.distill(episode_messages=msgs, predicted_episode=str(predicted)).insights, msgs,
-                              predicted=str(predicted))
+                              predicted=str(predicted), demos=demo_texts(self.distill))
 
     def rewrite(self, summary: str, insights: list[str]) -> str:
         """P_sum(summary, insights), guarded: an empty reply, or one shorter than half the old summary, is

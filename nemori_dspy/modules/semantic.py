@@ -18,8 +18,9 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (FIRST_PERSON, SourceLine, dated_message_lines, echoes_demo, mask_people, no_subject,
-                             people_named, redate, restates_prediction, rule_insight, source_lines, word_key)
+from ..insight_rules import (FIRST_PERSON, SourceLine, dated_message_lines, demo_texts, echoes_demo, mask_people,
+                             no_subject, people_named, redate, restates_prediction, rule_insight, source_lines,
+                             word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..recording import stage_meta
@@ -105,7 +106,7 @@ class Consolidation:
 
 
 def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessage] | None = None,
-                   predicted: str = "") -> list[str]:
+                   predicted: str = "", demos: tuple[str, ...] = ()) -> list[str]:
     """The insights to store from a P_dis / Nemori-s reply: distinct, non-empty strings (bullets stripped);
     None or [] → [].
 
@@ -116,13 +117,16 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
             or alone it tells which message an insight copies and its date. Neither given: only the checks that
             need no messages run.
         predicted: P_ant's prediction P_dis saw ("" for the direct distiller): with messages, step 7 runs.
+        demos: the texts of the demos the distiller was shown (``insight_rules.demo_texts``), echoes of which
+            are dropped in step 2 as seed-demo echoes are.
 
     Each insight, in order (every drop logged at INFO and counted in the ledger):
 
     1. machine noise (``noise.is_noise_insight``) → dropped, ``noise_insights_dropped``;
     2. junk (``junk.junk_reason``): an echo of an instruction or a field description, or a placeholder such as
        ``NOTHING_PREDICTED`` → dropped, ``insights_dropped.<instruction_echo|field_description_echo|placeholder>``;
-       with messages, a restatement of a seed demo that the episode does not hold (``insight_rules.echoes_demo``)
+       with messages, a restatement of a seed demo (or of ``demos``) that the episode does not hold
+       (``insight_rules.echoes_demo``)
        → dropped, ``insights_dropped.demo_echo``;
     3. with messages, ``insight_rules.rule_insight``: a question → ``insights_dropped.question``; a chat line or a
        copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
@@ -155,7 +159,7 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
         t = str(x).strip().lstrip("-•* ").strip() if x is not None else ""
         if not t or not normalise_fact(t):
             continue
-        fact, reason = _rule(t, lines)
+        fact, reason = _rule(t, lines, demos)
         if fact is None:
             if reason is not None:
                 tally(f"insights_dropped.{reason}" if reason != "noise" else "noise_insights_dropped")
@@ -175,7 +179,7 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
     return out
 
 
-def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None]:
+def _rule(insight: str, lines: list[SourceLine], demos: tuple[str, ...] = ()) -> tuple[str | None, str | None]:
     """(text to store or None, why): steps 1-4 of ``clean_insights`` for one non-empty insight; ``why`` is a drop
     reason (``"noise"`` for machine noise), ``"attributed"``, or None for an insight kept as it is."""
     if is_noise_insight(insight):
@@ -183,7 +187,7 @@ def _rule(insight: str, lines: list[SourceLine]) -> tuple[str | None, str | None
     junk = junk_reason(insight)
     if junk is not None:
         return None, junk
-    if lines and echoes_demo(insight, lines):
+    if lines and echoes_demo(insight, lines, demos):
         return None, "demo_echo"
     fact, outcome = rule_insight(insight, lines) if lines else (insight, "kept")
     if fact is None:
@@ -298,15 +302,16 @@ class SemanticDistillation(dspy.Module):
             tally("distill_skipped_noise_only")
             return [], []
         if s.distillation == "direct":
-            return self._per_chunk(content, lambda msgs: self.direct_distill(episode_messages=msgs)), []
+            return self._per_chunk(content, lambda msgs: self.direct_distill(episode_messages=msgs),
+                                   demos=demo_texts(self.direct_distill)), []
         evoked = self.evoke(user_id, episode)
         predicted = predict_episode(self.anticipate, s, dated_cue(episode), [render_fact(e) for e in evoked])
         found = self._per_chunk(content, lambda msgs: self.distill(episode_messages=msgs, predicted_episode=predicted),
-                                predicted)
+                                predicted, demo_texts(self.distill))
         return found, [e.text for e in evoked]
 
     def _per_chunk(self, content: list[StoredMessage], call: Callable[[str], dspy.Prediction],
-                   predicted: str = "") -> list[str]:
+                   predicted: str = "", demos: tuple[str, ...] = ()) -> list[str]:
         """``call`` (P_dis or the direct distiller) on each run of ``message_runs`` over ``content``; the
         cleaned insights of every run in order (``clean_insights``, with P_ant's ``predicted`` for P_dis), a
         sentence already found in an earlier run kept once."""
@@ -319,7 +324,7 @@ class SemanticDistillation(dspy.Module):
             msgs = render_messages(chunk, s.max_message_chars, s.max_prompt_chars, s.resolve_relative_dates,
                                    s.message_timestamps)
             with stage_meta(message_ids=[m.id for m in chunk]):
-                found.extend(clean_insights(call(msgs).insights, msgs, chunk, predicted))
+                found.extend(clean_insights(call(msgs).insights, msgs, chunk, predicted, demos))
         first: dict[str, str] = {}
         for f in found:
             first.setdefault(normalise_fact(f), f)

@@ -477,6 +477,23 @@ def test_a_demo_echo_answered_by_a_narrative_on_the_re_ask_keeps_that_narrative(
     assert mem.usage.counters["narrate_demo_echo_cue"] == 1 and "narrate_fallback" not in mem.usage.counters
 
 
+def test_an_echo_of_a_tuned_demo_is_dropped_from_the_stored_narrative(tmp_path):
+    """A program's bootstrapped demos are checked as the seed demos are (a loaded or optimized P_nar shows them)."""
+    responders = default_responders()
+    tuned = "Melanie encourages her to continue her education and explore career options."
+    responders["NarrateEpisode"] = lambda i: chat_reply(cue="Paris",
+                                                        narrative=f"Jon went to Paris with his sister. {tuned}")
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
+        mem.pipeline.episodic.narrate.predict.demos = [
+            dspy.Example(messages="Caroline: Gonna continue my edu!", cue="Caroline's plans", narrative=tuned)]
+        mem.add_messages("u", TRIP)
+        mem.flush("u")
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == "Jon went to Paris with his sister."
+    assert mem.usage.counters["narrate_demo_echo_dropped"] == 1
+
+
 def test_a_junk_episode_of_a_batched_reply_is_narrated_on_its_own(tmp_path):
     responders = default_responders()
     batched = responders["NarrateEpisodes"]

@@ -173,6 +173,23 @@ def test_distill_program_freezes_what_it_does_not_tune(built):
     assert sorted(n for n, _ in both.named_predictors()) == ["anticipate.predict", "distill.predict"]
 
 
+def test_the_narrate_program_drops_echoes_of_the_demos_it_shows(built):
+    """What is tuned is what runs: a bootstrapped demo is a demo; a narrative sentence restating it that the
+    messages do not hold is dropped in the program as in the pipeline."""
+    memory = built[0]
+    program = NarrateProgram(memory.pipeline).deepcopy()
+    demo = dspy.Example(messages="Caroline: Gonna continue my edu!", cue="Caroline's plans",
+                        narrative="Melanie encourages her to continue her education and explore career options.")
+    program.narrate.predict.demos = [demo]
+    reply = ("Jon went to Paris last week with his sister. Melanie encourages her to continue her education and "
+             "explore career options.")
+    lm = ScriptedLM({**default_responders(), "NarrateEpisode": lambda i: chat_reply(cue="Paris", narrative=reply)})
+    rendered = "[2023-05-24 10:00] Jon: Hey Gina!\nJon: I went to Paris last week with my sister.\nGina: Wow!"
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = program(messages=rendered)
+    assert pred.narrative == "Jon went to Paris last week with his sister."
+
+
 def test_the_distill_program_drops_what_only_the_prediction_says(built):
     """What is tuned is what runs: an insight P_dis copied from the prediction it was shown, which no message holds,
     is dropped in the program as in the pipeline (``insights_dropped.predicted_only``)."""
@@ -181,9 +198,9 @@ def test_the_distill_program_drops_what_only_the_prediction_says(built):
     lm = ScriptedLM({**default_responders(), "DistillPredictionError": lambda i: chat_reply(insights=insights)})
     rendered = "[2023-05-24 10:00] Jon: Hey Gina!\nJon: I went to Paris last week with my sister.\nGina: Wow!"
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = DistillProgram(memory.pipeline)(episode_cue="(2023-05-24) Jon tells Gina about Paris", known_facts=[],
-                                               episode_messages=rendered,
-                                               predicted_episode="Jon tells Gina about Paris and plans to adopt a puppy.")
+        pred = DistillProgram(memory.pipeline)(
+            episode_cue="(2023-05-24) Jon tells Gina about Paris", known_facts=[], episode_messages=rendered,
+            predicted_episode="Jon tells Gina about Paris and plans to adopt a puppy.")
     assert pred.insights == insights[:1]
 
 
