@@ -7,9 +7,11 @@ come back unchanged. After ``parse_retries`` re-asks it raises ``LLMError``; cal
 A rate-limit refusal that survived litellm's retries is re-asked unchanged (there was no bad reply to escape, so
 no reroll); if the last attempt was refused too, ``RateLimitedError`` (an ``LLMError``) says so, so a caller that
 can wait (the eval) asks again later instead of treating it as a failed reply.
-A reply cut off by its token cap (finish_reason ``"length"``) of an answer or a structured stage is never used:
-it is asked again once with twice the cap (an extra attempt), then counts as a failed attempt. A prose or list
-stage (``SALVAGE_TRUNCATED_STAGES``) keeps a cut reply that parses at once (a list without its last item). Other errors (``TypeError`` ...) are
+A reply cut off by its token cap (finish_reason ``"length"``) of an answer or a structured stage is not used as it
+is: it is asked again once with twice the cap (an extra attempt); cut again, a structured stage's counts as a failed
+attempt, while the answer keeps what parsed (``KEEP_AFTER_REASK_STAGES``: a looping answer still begins with it). A
+prose or list stage (``SALVAGE_TRUNCATED_STAGES``) keeps a cut reply that parses at once (a list without its last
+item). Other errors (``TypeError`` ...) are
 programming errors and propagate unretried.
 """
 
@@ -26,7 +28,7 @@ import dspy
 
 from .errors import ConfigError, LLMError, RateLimitedError, is_rate_limit, suggested_wait
 from .recording import current_recorder
-from .stages import SALVAGE_TRUNCATED_STAGES, TRUNCATED_LIST_STAGES
+from .stages import KEEP_AFTER_REASK_STAGES, SALVAGE_TRUNCATED_STAGES, TRUNCATED_LIST_STAGES
 from .usage import current_stage, note_truncation, stage, tally, watch_truncation
 
 __all__ = ["StagePredict", "load_predictor_class", "TruncatedReplyError", "SchemaEchoError", "REROLL_TEMPERATURE",
@@ -49,6 +51,8 @@ class _TruncationNote(logging.Filter):
             tally(f"truncated.{name}")
             note_truncation("log")
             fate = ("what parsed is kept, without a re-ask" if name in SALVAGE_TRUNCATED_STAGES else
+                    "asked again once with twice the cap; cut again, what parsed is kept"
+                    if name in KEEP_AFTER_REASK_STAGES else
                     "it is not used: asked again once with twice the cap, else retried or parked")
             record.msg = (f"stage {name!r}: the reply hit its output cap (max_tokens={cap}); {fate}. To raise the "
                           f"cap: NEMORI_STAGE_LMS='{{\"{name}\": {{\"max_tokens\": N}}}}'")
@@ -218,7 +222,8 @@ class StagePredict(dspy.Module):
         return pred
 
     def _keep_cut(self, pred: dspy.Prediction, cap: int | None) -> dspy.Prediction:
-        """A cut reply of a ``SALVAGE_TRUNCATED_STAGES`` stage, kept (``truncated_accepted.<stage>``, logged); a list
+        """A cut reply of a ``SALVAGE_TRUNCATED_STAGES`` stage (or of a ``KEEP_AFTER_REASK_STAGES`` stage cut again at
+        twice the cap), kept (``truncated_accepted.<stage>``, logged); a list
         stage's lists lose their last item, the one the cap may have cut (``TRUNCATED_LIST_STAGES``)."""
         tally(f"truncated_accepted.{self.stage_name}")
         log.info("stage %s: the reply hit its cap (max_tokens=%s); keeping what parsed (truncated_accepted.%s)",
@@ -237,7 +242,8 @@ class StagePredict(dspy.Module):
                 try:
                     return self._once(inputs, reroll, cap)
                 except TruncatedReplyError as exc:
-                    if exc.pred is not None and self.stage_name in SALVAGE_TRUNCATED_STAGES:
+                    if exc.pred is not None and (self.stage_name in SALVAGE_TRUNCATED_STAGES
+                                                 or widened and self.stage_name in KEEP_AFTER_REASK_STAGES):
                         return self._record(inputs, self._keep_cut(exc.pred, cap))
                     last, wider = exc, (None if widened else self._wider(cap))
                     if wider is not None:  # the same request with room to finish; its cache key differs

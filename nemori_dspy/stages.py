@@ -17,10 +17,11 @@ from typing import Literal
 
 __all__ = ["Stage", "STAGE_TABLE", "STAGE_BY_NAME", "stage", "STAGES", "CONSTRUCTION_STAGES", "ANSWER_STAGES",
            "DEFAULT_STAGE_MAX_TOKENS", "MEMORY_WRITING_STAGES", "PIPELINE_PATHS", "BATCHED_STAGES",
-           "SALVAGE_TRUNCATED_STAGES", "TRUNCATED_LIST_STAGES", "TUNE_GROUPS", "TUNABLE_STAGES"]
+           "SALVAGE_TRUNCATED_STAGES", "KEEP_AFTER_REASK_STAGES", "TRUNCATED_LIST_STAGES", "TUNE_GROUPS",
+           "TUNABLE_STAGES"]
 
 Side = Literal["construction", "answer", "judge"]
-Truncation = Literal["reask", "keep", "keep_list"]
+Truncation = Literal["reask", "reask_keep", "keep", "keep_list"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,10 @@ class Stage:
         batch_of: for a batched stage, the per-item stage it replaces.
         tunable: ``optimize --stage <name>`` tunes it (it has a stage metric and a program).
         writes_memory: its reply becomes or decides what memory holds, so ``local_memory_model`` serves it.
-        truncated: what a reply cut at the cap becomes: asked again with twice the cap (``reask``), kept as it
-            parses (``keep``, prose), or kept without its last list item (``keep_list``).
+        truncated: what a reply cut at the cap becomes: asked again with twice the cap (``reask``); asked again
+            so and, cut again, kept as it parses (``reask_keep``: an answer that loops past its cap still begins
+            with the answer, where failing would leave none); kept as it parses (``keep``, prose), or kept without
+            its last list item (``keep_list``).
         paper: the paper's prompt and section.
     """
 
@@ -92,7 +95,8 @@ STAGE_TABLE: tuple[Stage, ...] = (
     # flat summarization management
     Stage("summarize", "UpdateSummary", "construction", "semantic.summarize", 600, writes_memory=True,
           paper="P_sum, Appendix A.1"),
-    Stage("answer", "AnswerQuestion", "answer", "response.answer", 64, tunable=True, paper="P_ans §3.4"),
+    Stage("answer", "AnswerQuestion", "answer", "response.answer", 64, tunable=True, truncated="reask_keep",
+          paper="P_ans §3.4"),
     Stage("judge", "JudgeAnswer", "judge", None, 96, paper="LoCoMo LLM judge, Appendix D.4.1"),
 )
 
@@ -129,7 +133,10 @@ PIPELINE_PATHS: dict[str, str] = {s.name: s.path for s in STAGE_TABLE if s.path 
 BATCHED_STAGES: frozenset[str] = frozenset(s.name for s in STAGE_TABLE if s.batch_of)
 #: Stages whose reply cut by its cap is kept when it parses, without a re-ask (prose, or lists of independent
 #: items); answers and structured replies are asked again with twice the cap.
-SALVAGE_TRUNCATED_STAGES: frozenset[str] = frozenset(s.name for s in STAGE_TABLE if s.truncated != "reask")
+SALVAGE_TRUNCATED_STAGES: frozenset[str] = frozenset(s.name for s in STAGE_TABLE
+                                                     if s.truncated in ("keep", "keep_list"))
+#: Stages whose reply, cut again after the re-ask at twice the cap, is kept as it parses (``reask_keep``).
+KEEP_AFTER_REASK_STAGES: frozenset[str] = frozenset(s.name for s in STAGE_TABLE if s.truncated == "reask_keep")
 #: The list stages among them: a cut list also loses its last item, the one the cap may have cut.
 TRUNCATED_LIST_STAGES: frozenset[str] = frozenset(s.name for s in STAGE_TABLE if s.truncated == "keep_list")
 #: Tunable stages ``optimize`` can also tune together as one program, named ``"a+b"``.

@@ -155,11 +155,25 @@ def test_a_truncated_reply_is_asked_again_with_twice_the_cap(ledger):
     assert ledger.counters["truncation_retries.answer"] == 1
 
 
-def test_a_reply_truncated_again_at_twice_the_cap_raises_instead_of_being_used():
+def test_an_answer_truncated_again_at_twice_the_cap_is_kept_as_it_parsed(ledger):
+    """A looping 0.5B answer ran past 64 and 128 tokens on conv-26 and was scored empty; what it began with is kept."""
     lm = _answer_lm([CUT])
-    with pytest.raises(LLMError, match=r"cut off at max_tokens=128.*answer"):
-        _answer(lm, parse_retries=1)
+    assert _answer(lm, parse_retries=1).answer == "Mi"
     assert [h["kwargs"].get("max_tokens") for h in lm.history] == [64, 128]
+    assert ledger.counters["truncated_accepted.answer"] == 1
+
+
+def test_a_structured_reply_truncated_again_at_twice_the_cap_raises_instead_of_being_used():
+    from nemori_dspy.signatures.response import JudgeAnswer
+
+    r = default_responders()
+    r["JudgeAnswer"] = lambda _i: chat_reply(reasoning="The answer names him.", label="CORRECT")
+    lm = ScriptedLM(r)
+    lm.finish_reason = "length"
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(LLMError, match=r"cut off at max_tokens=128"):
+            StagePredict(JudgeAnswer, "judge", max_tokens=64, parse_retries=1)(
+                question="q", gold_answer="g", generated_answer="a")
 
 
 def test_a_cached_truncated_reply_is_not_used_either():
