@@ -117,7 +117,7 @@ GUARDS: dict[str, tuple[str, str]] = {
 #: counters ``<prefix>.<stage>`` that belong to the stage named after the dot.
 _PER_STAGE = {"retries.": "re-asked after a failed call", "truncated.": "reply cut by its token cap",
               "truncation_retries.": "cut reply asked again with twice the cap",
-              "truncated_accepted.": "cut reply kept (its last list item dropped)"}
+              "truncated_accepted.": "cut reply kept as it parsed (a list without its last item)"}
 _ORDER = (*STAGES, "other", "answer")
 
 
