@@ -953,6 +953,7 @@ def _cmd_validate_support(args: argparse.Namespace) -> int:
 def _print_audit(audit: MemoryAudit) -> None:
     print(f"\n=== {audit.metrics.sample_id}: {len(audit.narratives)} episodes, {len(audit.facts)} facts, "
           f"{len(audit.golds)} gold observations")
+    print("(narrative sentences: + supported by the episode's messages, - not, as the support checker reads them)")
     for n in audit.narratives:
         print(f"\n[episode {n.id}] sessions {n.sessions}, {n.messages} messages, junk={n.junk}, gold in it "
               f"{len(n.gold)}, stated {len(n.covered)}\n  cue: {n.cue}")
