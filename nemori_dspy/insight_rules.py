@@ -566,9 +566,20 @@ def _shows(insight: str, who: str, content: str, words: set[str], names: set[str
     does not count."""
     if not re.search(_SHARING.format(who=re.escape(who)), insight, re.IGNORECASE):
         return False
+    return _clear(_caption_share(words, content, names), len(words))
+
+
+def _caption_share(words: set[str], content: str, names: set[str]) -> float:
+    """The share of ``words`` (stemmed content words) the ``[shares an image: …]`` captions of ``content`` hold
+    (0.0 when it has none)."""
     caption = " ".join(_CAPTION.findall(content))
-    held = words & {_stem(w) for w in content_words(caption, names)} if caption else set()
-    return _clear(len(held) / len(words), len(words))
+    return len(words & {_stem(w) for w in content_words(caption, names)}) / len(words) if caption else 0.0
+
+
+def _speaker_key(speaker: str) -> str:
+    """A message speaker's case-folded first name ("" for none): the key ``_best_shares`` and ``_sharer_swapped``
+    group messages by."""
+    return speaker.split()[0].casefold() if speaker.strip() else ""
 
 
 #: stems that say a picture was shared but not which one (``_sharer_swapped`` leaves them out of what it matches).
@@ -595,10 +606,8 @@ def _sharer_swapped(insight: str, lines: list[SourceLine], first: dict[str, str]
         (other,) = named - {who}
         held: dict[str, float] = {}
         for speaker, content, _ in lines:
-            key = speaker.split()[0].casefold() if speaker.strip() else ""
-            caption = " ".join(_CAPTION.findall(content))
-            share = len(words & {_stem(w) for w in content_words(caption, set(first))}) / len(words) if caption else 0.0
-            held[key] = max(held.get(key, 0.0), share)
+            key = _speaker_key(speaker)
+            held[key] = max(held.get(key, 0.0), _caption_share(words, content, set(first)))
         theirs, own = held.get(other, 0.0), held.get(who, 0.0)
         if _clear(theirs, len(words)) and own < theirs / 2:
             return first[who], first[other]
@@ -612,7 +621,7 @@ def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str]
     listener ("Is this your own painting?" is no sign the painting is its speaker's)."""
     best: dict[str, tuple[float, list[str]]] = {}
     for speaker, content, _ in lines:
-        key = speaker.split()[0].casefold() if speaker.strip() else ""
+        key = _speaker_key(speaker)
         if about_self and speaks_of(content, words, set(first)) == "listener":
             continue
         share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)

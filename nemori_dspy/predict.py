@@ -11,8 +11,7 @@ A reply cut off by its token cap (finish_reason ``"length"``) of an answer or a 
 is: it is asked again once with twice the cap (an extra attempt); cut again, a structured stage's counts as a failed
 attempt, while the answer keeps what parsed (``KEEP_AFTER_REASK_STAGES``: a looping answer still begins with it). A
 prose or list stage (``SALVAGE_TRUNCATED_STAGES``) keeps a cut reply that parses at once (a list without its last
-item). Other errors (``TypeError`` ...) are
-programming errors and propagate unretried.
+item). Other errors (``TypeError`` ...) are programming errors and propagate unretried.
 """
 
 from __future__ import annotations
@@ -223,8 +222,8 @@ class StagePredict(dspy.Module):
 
     def _keep_cut(self, pred: dspy.Prediction, cap: int | None) -> dspy.Prediction:
         """A cut reply of a ``SALVAGE_TRUNCATED_STAGES`` stage (or of a ``KEEP_AFTER_REASK_STAGES`` stage cut again at
-        twice the cap), kept (``truncated_accepted.<stage>``, logged); a list
-        stage's lists lose their last item, the one the cap may have cut (``TRUNCATED_LIST_STAGES``)."""
+        twice the cap), kept (``truncated_accepted.<stage>``, logged); a list stage's lists lose their last item, the
+        one the cap may have cut (``TRUNCATED_LIST_STAGES``)."""
         tally(f"truncated_accepted.{self.stage_name}")
         log.info("stage %s: the reply hit its cap (max_tokens=%s); keeping what parsed (truncated_accepted.%s)",
                  self.stage_name, cap, self.stage_name)

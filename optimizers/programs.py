@@ -108,8 +108,8 @@ class StageProgram(dspy.Module):
 class NarrateProgram(StageProgram):
     """P_nar alone: ``forward(messages) -> Prediction(cue, narrative)`` (inputs exactly as recorded), the narrative
     polished as the pipeline polishes it before storing (``modules.episodic.polish_narrative``: repeats dropped,
-    echoes of the demos the program shows dropped, speakers put right). The pipeline's re-ask of an echoed or copied reply is not run here: the metric scores an
-    echo or a copy as 0."""
+    echoes of the demos the program shows dropped, speakers put right). The pipeline's re-ask of an echoed or copied
+    reply is not run here: the metric scores an echo or a copy as 0."""
 
     def __init__(self, pipeline: NemoriPipeline) -> None:
         super().__init__(pipeline, ("narrate",))
