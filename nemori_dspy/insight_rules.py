@@ -341,11 +341,15 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
       ``CHAT_MATCH_RATIO`` of a message of Sam's) or a copy of a message (the whole message or a run of one to
       three of its sentences, ratio ≥ ``COPY_RATIO``, naming no speaker the message does not) becomes
       ``Sam said on 2023-09-15: “I quit the bakery.”``: the message's speaker and date, and the copied passage of
-      the message itself quoted (``attributed_fact``), so two copies of one message give one fact;
+      the message itself quoted (``attributed_fact``), so two copies of one message give one fact; so does a
+      statement speaking in the first person outside quotation marks (``speaks_in_first_person``) whose text
+      matches a message at ``CHAT_MATCH_RATIO``: "Gina used to compete in a few dance competitions and shows - my
+      fav memory was when my team won first place …" (half third person, half Gina's line) becomes Gina's quote;
     * ``(None, reason)``: dropped: ``"question"`` (ends with ``?``), ``"no_fact"`` (a chat line or copy that
       ``carries_no_fact``: greetings, thanks, reactions), ``"chat_line"`` (a chat line matching no message of
       its speaker: not something anyone said), ``"pleasantry"`` (a sentence that only reports a social act between
-      the speakers, ``is_pleasantry``: "Jolene thanks Deborah for kind words.").
+      the speakers, ``is_pleasantry``: "Jolene thanks Deborah for kind words."), ``"first_person"`` (a statement
+      speaking in the first person that matches no message: nobody can tell whose "my" it is).
     """
     if is_question(insight):
         return None, "question"
@@ -360,6 +364,10 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
             return None, "chat_line"
     else:
         found = _match(insight, lines, None, COPY_RATIO)
+        if found is None and speaks_in_first_person(insight):
+            found = _first_person_match(insight, lines)
+            if found is None:
+                return None, "first_person"
         if found is None:
             text, changed = reattribute(insight, lines)
             return text, "reattributed" if changed else "kept"
@@ -367,6 +375,22 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
     if carries_no_fact(passage, speakers):
         return None, "no_fact"
     return attributed_fact(speaker, date, passage), "attributed"
+
+
+def _first_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceLine, str] | None:
+    """(message line, passage) an insight speaking in the first person copies, as ``_match`` finds it at
+    ``CHAT_MATCH_RATIO``: against every message when the insight names no speaker, against the named speaker's own
+    messages, that name (and its possessive) left out, when it names one ("Gina used to compete … - my fav memory
+    …" against Gina's "I used to compete … - my fav memory …"); None when it names two or more, or nothing matches."""
+    first = _first_names(lines)
+    named = people_named(insight, set(first))
+    if len(named) > 1:
+        return None
+    if not named:
+        return _match(insight, lines, None, CHAT_MATCH_RATIO)
+    (who,) = named
+    bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", insight, flags=re.IGNORECASE)
+    return _match(bare, [line for line in lines if _speaker_key(line[0]) == who], None, CHAT_MATCH_RATIO)
 
 
 # ------------------------------------------------------------------------------------------------ speaker check

@@ -133,11 +133,32 @@ def test_a_social_act_that_carries_a_fact_is_no_pleasantry(insight):
 @pytest.mark.parametrize("insight", [
     "Caroline went to an LGBTQ support group on 7 May 2023.",
     "Caroline is keen on counseling or working in mental health.",
-    "Caroline said: I'm keen on counseling or working in mental health.",
+    "Caroline said: \u201cI'm keen on counseling or working in mental health.\u201d",
     "Sam quit his job at the bakery in September 2023.",
 ])
 def test_a_third_person_fact_restating_a_message_is_kept_as_it_is(insight):
     assert rule_insight(insight, dated_message_lines(CHAT)) == (insight, "kept")
+
+
+@pytest.mark.parametrize("insight,fact", [
+    # half third person, half the speaker's own line: her quote, her date
+    ("Caroline is keen on counseling or working in my field of mental health.",
+     "Caroline said on 2023-05-08: \u201cI'm keen on counseling or working in mental health.\u201d"),
+    ("Caroline said: I'm keen on counseling or working in mental health.",
+     "Caroline said on 2023-05-08: \u201cI'm keen on counseling or working in mental health.\u201d"),
+    ("Sam quit the bakery, it was my time.", "Sam said on 2023-09-15: \u201cI quit the bakery. It was time.\u201d"),
+])
+def test_a_statement_speaking_in_the_first_person_becomes_the_quote_it_copies(insight, fact):
+    assert rule_insight(insight, dated_message_lines(CHAT)) == (fact, "attributed")
+
+
+@pytest.mark.parametrize("insight", [
+    "Caroline wants to help my community build a garden.",  # copies nothing: whose "my"?
+    "Sam said my bakery closed.",  # names Sam, but no message of his says so
+    "Caroline told Melanie that I'm keen on counseling.",  # two speakers named: whose "I"?
+])
+def test_a_first_person_statement_copying_no_message_is_dropped(insight):
+    assert rule_insight(insight, dated_message_lines(CHAT)) == (None, "first_person")
 
 
 @pytest.mark.parametrize("line", [

@@ -132,8 +132,10 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
        copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
        chat line matching no message of its speaker → ``insights_dropped.chat_line``; a sentence that only reports
        a social act between the speakers (``insight_rules.is_pleasantry``: "Jolene thanks Deborah for kind
-       words.") → ``insights_dropped.pleasantry``; any other chat line or copy
-       becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``; a
+       words.") → ``insights_dropped.pleasantry``; any other chat line or copy, or a statement speaking in the
+       first person ("Gina used to compete … - my fav memory …") that matches a message,
+       becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``; one
+       speaking in the first person that matches none → ``insights_dropped.first_person``; a
        statement crediting one speaker with what another said of themselves gets the right name
        (``insight_rules.reattribute``), ``insights_reattributed``;
     4. a fact with no predicate (``junk.is_fragment``: ``"reading"``, ``"but when I look after myself"``) →

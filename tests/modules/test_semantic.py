@@ -634,9 +634,10 @@ def test_junk_and_fragments_are_never_stored_and_each_is_counted(tmp_path, ledge
     assert pred.insights == ["Caroline adopted a dog named Rex on 8 May 2023."]
     dropped = _dropped(ledger)
     assert set(dropped) <= {f"insights_dropped.{r}" for r in
-                            ("instruction_echo", "field_description_echo", "placeholder", "fragment")}
+                            ("instruction_echo", "field_description_echo", "placeholder", "fragment",
+                             "first_person")}
     assert sum(dropped.values()) == 8 and dropped["insights_dropped.placeholder"] == 2
-    assert dropped["insights_dropped.fragment"] >= 2
+    assert dropped["insights_dropped.fragment"] >= 1  # "but when I look after myself" may go as first_person
 
 
 def test_a_greeting_copied_from_the_episode_is_dropped_as_no_fact(tmp_path, ledger):
