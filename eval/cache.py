@@ -46,8 +46,9 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: 12: a P_con merge gluing on a predicate with a pronoun refused; 13: narrate_chunk_messages; 14: a shared picture
 #: credited to the speaker whose caption it is, a P_con merge saying "I" or "we" where no source does refused; 15: an
 #: insight restating P_ant's prediction that no message holds dropped, "<A> shared a photo … with <B>" of B's picture
-#: swapped; 16: an insight speaking in the first person quoted as the message it copies, or dropped), so memories
-#: built by older code are never reused as if they were current.
+#: swapped; 16: an insight speaking in the first person quoted as the message it copies, or dropped, the prediction
+#: copy caught at half its claim words, cue clauses credited to the right speaker, "Woah, Maria," read as an
+#: address), so memories built by older code are never reused as if they were current.
 MEMORY_FORMAT = 16
 
 

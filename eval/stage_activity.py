@@ -44,6 +44,8 @@ GUARDS: dict[str, tuple[str, str]] = {
     "narrate_demo_echo_dropped": ("narrate", "narrative sentence restating a seed demo, not the episode: dropped"),
     "narrate_demo_echo_retry": ("narrate", "narrative only restated a seed demo: asked again"),
     "narrate_demo_echo_cue": ("narrate", "cue restated a seed demo: speakers and date as the cue"),
+    "narrate_cue_reattributed": ("narrate", "cue clause crediting one speaker with another's picture or words: "
+                                 "names put right"),
     "narrate_reattributed": ("narrate", "narrative sentence crediting one speaker with another's words: name put right"),
     "narrate_batch_fallback": ("narrate_batch", "batched reply unusable: one P_nar call per group"),
     "association.no_candidate_in_gap": ("select", "no earlier episode within association_max_gap_hours"),

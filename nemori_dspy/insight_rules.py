@@ -421,7 +421,8 @@ _TELLER = re.compile(r"\b([A-Z][\w'’-]+)\s+(?:told|informed|asked|reminded|ass
 #: a line quoting its speaker, "Evan: Woah, such a view!"
 _QUOTE = re.compile(r"^\s*[A-Z][\w'’. -]{0,40}:\s")
 #: words that may open a greeting before the name it addresses ("Hey Sam!", "Thanks, Evan,")
-_GREETING = r"(?:hey|hi|hello|hiya|yo|oh|wow|aw+|thanks|thank you|dear|congrats|ha(?:ha)*)"
+_GREETING = (r"(?:hey|hi|hello|hiya|yo|oh|wo+w|woah|whoa|woo+hoo+|aw+|thanks|thank you|dear|congrats|ha(?:ha)*|yeah|"
+             r"yes|yep|yup|yay|ok|okay|sure|cool|nice|great|awesome|sorry|omg|lol|well|hmm+)")
 
 
 def _without_address(text: str, name: str) -> str:
@@ -578,8 +579,8 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
 #: an image turn as a message carries it (``eval.locomo`` renders LoCoMo's image turns so): its caption in group 1.
 _CAPTION = re.compile(r"\[shares an image: ([^\]]*)\]")
 #: "<who> shares a picture": the sharing verb right after the person it credits (``{who}``), then a picture word.
-_SHARING = r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b" \
-           r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
+_SHARE_VERB = r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b"
+_SHARING = _SHARE_VERB + r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 
 
 def _shows(insight: str, who: str, content: str, words: set[str], names: set[str]) -> bool:
@@ -614,7 +615,8 @@ _PICTURE_STEMS = frozenset({"shar", "share", "show", "post", "send", "sent", "im
 def _sharer_swapped(insight: str, lines: list[SourceLine], first: dict[str, str], named: set[str]
                     ) -> tuple[str, str] | None:
     """``(sharer, meant)`` when ``insight`` names both speakers and says the one named right before the sharing verb
-    shared a picture (``_SHARING``; not "<B> and <A> shared") whose caption is the other's: a caption of the other's
+    shared something (``_SHARE_VERB``, whatever the object: P_nar's cue "Caroline shares a painting of a sunset over
+    a lake with Melanie" says no "photo"; not "<B> and <A> shared") whose caption is the other's: a caption of the other's
     messages holds the insight's words clearly (``_clear``) and none of the named sharer's holds half as many. The
     two names are then swapped: "Caroline shared a photo of a painting of a sunset over a lake with Melanie" of
     Melanie's ``[shares an image: a photo of a painting of a sunset over a lake]`` (Caroline's own caption, "a photo
@@ -624,7 +626,7 @@ def _sharer_swapped(insight: str, lines: list[SourceLine], first: dict[str, str]
     if len(words) < 2:
         return None
     for who in named:
-        m = re.search(_SHARING.format(who=re.escape(who)), insight, re.IGNORECASE)
+        m = re.search(_SHARE_VERB.format(who=re.escape(who)), insight, re.IGNORECASE)
         if m is None or re.search(r"\band\s+$", insight[:m.start()], re.IGNORECASE):
             continue
         (other,) = named - {who}
@@ -944,8 +946,10 @@ def quote_first_person(text: str, lines: list[SourceLine]) -> tuple[str, int, in
 
 
 # ------------------------------------------------------------------------------------------ P_ant's prediction
-#: share of an insight's claim words one sentence of P_ant's prediction must hold for ``restates_prediction``.
-PREDICTION_ECHO_OVERLAP = 0.75
+#: share of an insight's claim words one sentence of P_ant's prediction must hold for ``restates_prediction``
+#: (0.75 in MEMORY_FORMAT 15; at 0.5 the 1.5B's paraphrases of the prediction, "John mentions making pizza as an
+#: idea" from "John tells Maria about making pizza." on a run that never mentions pizza, are caught too).
+PREDICTION_ECHO_OVERLAP = 0.5
 
 
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")

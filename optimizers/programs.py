@@ -25,7 +25,7 @@ import dspy
 from nemori_dspy.errors import ConfigError
 from nemori_dspy.formatting import entry_texts, strip_fact_date
 from nemori_dspy.insight_rules import dated_message_lines, demo_texts
-from nemori_dspy.modules.episodic import polish_narrative
+from nemori_dspy.modules.episodic import polish_cue, polish_narrative
 from nemori_dspy.modules.pipeline import NemoriPipeline, pipeline_stage, pipeline_stage_owner
 from nemori_dspy.modules.semantic import predict_episode, settle_decision, target_numbers
 from nemori_dspy.stages import PIPELINE_PATHS
@@ -108,7 +108,8 @@ class StageProgram(dspy.Module):
 class NarrateProgram(StageProgram):
     """P_nar alone: ``forward(messages) -> Prediction(cue, narrative)`` (inputs exactly as recorded), the narrative
     polished as the pipeline polishes it before storing (``modules.episodic.polish_narrative``: repeats dropped,
-    echoes of the demos the program shows dropped, speakers put right). The pipeline's re-ask of an echoed or copied
+    echoes of the demos the program shows dropped, speakers put right) and the cue's speakers put right
+    (``polish_cue``). The pipeline's re-ask of an echoed or copied
     reply is not run here: the metric scores an echo or a copy as 0."""
 
     def __init__(self, pipeline: NemoriPipeline) -> None:
@@ -116,9 +117,9 @@ class NarrateProgram(StageProgram):
 
     def forward(self, messages: str) -> dspy.Prediction:
         pred = self.call("narrate", messages=messages)
-        narrative = polish_narrative(str(pred.narrative).strip(), dated_message_lines(messages),
-                                     demo_texts(self.stage("narrate")))
-        return dspy.Prediction(cue=str(pred.cue).strip(), narrative=narrative)
+        lines = dated_message_lines(messages)
+        narrative = polish_narrative(str(pred.narrative).strip(), lines, demo_texts(self.stage("narrate")))
+        return dspy.Prediction(cue=polish_cue(str(pred.cue).strip(), lines), narrative=narrative)
 
 
 def clean_insights(raw: object, episode_messages: str = "", predicted_episode: str = "",

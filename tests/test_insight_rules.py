@@ -325,6 +325,26 @@ def test_a_picture_shared_with_the_other_speaker_is_credited_to_whose_caption_it
     assert misattributed_to(right, TWO_PICTURES) is None
     # "<B> and <A> shared …" credits both: left alone
     assert misattributed_to("Melanie and Caroline shared a photo of a sunset over a lake.", TWO_PICTURES) is None
+    # P_nar's cue says what the picture shows, not that it is one
+    cue = "Caroline shares a painting of a sunset over a lake with Melanie"
+    assert misattributed_to(cue, TWO_PICTURES) == ("Caroline", "Melanie")
+    # sharing what no caption of the other's holds is left alone
+    assert misattributed_to("Caroline shares her story of the support group with Melanie", TWO_PICTURES) is None
+
+
+def test_each_cue_clause_crediting_the_wrong_speaker_is_put_right_and_counted():
+    from nemori_dspy.modules.episodic import polish_cue
+    from nemori_dspy.usage import UsageLedger
+
+    cue = ("Caroline talks to Melanie about the stories (08 May 2023); Caroline shares a painting of a sunset over "
+           "a lake with Melanie (08 May 2023)")
+    ledger = UsageLedger()
+    with ledger.charging():
+        fixed = polish_cue(cue, TWO_PICTURES)
+    assert fixed == ("Caroline talks to Melanie about the stories (08 May 2023); Melanie shares a painting of a "
+                     "sunset over a lake with Caroline (08 May 2023)")
+    assert ledger.counters["narrate_cue_reattributed"] == 1
+    assert polish_cue(fixed, TWO_PICTURES) == fixed
 
 
 def test_a_narrative_sentence_crediting_the_wrong_speaker_is_put_right_and_the_rest_kept():
@@ -592,6 +612,9 @@ def test_an_insight_taken_from_the_prediction_that_no_message_holds_restates_it(
     assert restates_prediction("Noor's charity race is exciting, and she plans to adopt a kitten.", _PREDICTED,
                                _RACE_LINES)  # a possessive name is still a name
     assert restates_prediction("Dario chose a cycling club for beginners.", _PREDICTED, _RACE_LINES)
+    # a paraphrase holding half of its claim in one predicted sentence (conv-41: "John mentions making pizza as an
+    # idea" from "John tells Maria about making pizza." on a run that never mentions pizza)
+    assert restates_prediction("Noor mentions adopting a kitten as an idea.", _PREDICTED, _RACE_LINES)
 
 
 def test_an_insight_a_message_holds_is_kept_whatever_the_prediction_says():

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..errors import LLMError
 from ..insight_rules import (SourceLine, carries_no_fact, demo_texts, drop_demo_echoes, drop_restatements, echoes_demo,
-                             is_chat_line, is_demo_echo, quote_first_person, quote_text, reattribute_sentences,
-                             source_lines)
+                             is_chat_line, is_demo_echo, quote_first_person, quote_text, reattribute,
+                             reattribute_sentences, source_lines)
 from ..junk import drop_repeated_sentences, junk_reason
 from ..formatting import (render_candidates, render_episode, render_groups, render_messages,
                           render_numbered_messages)
@@ -30,7 +30,7 @@ from .semantic import message_runs
 if TYPE_CHECKING:
     from ..config import NemoriSettings
 
-__all__ = ["EpisodicIntegration", "polish_narrative", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives",
+__all__ = ["EpisodicIntegration", "polish_narrative", "polish_cue", "repair_partition", "episode_id", "split_at_gaps", "CUE_FALLBACK_CHARS", "batch_narratives",
            "FALLBACK_NARRATIVE_CHARS", "FALLBACK_QUOTE_CHARS", "fallback_narrative", "fallback_cue"]
 
 #: ``fallback_narrative``: at most this many characters in all, and per quoted message (about two sentences).
@@ -219,14 +219,30 @@ def fallback_cue(msgs: Sequence[StoredMessage]) -> str:
     return f"{_names(speakers)} {'talked' if len(speakers) > 1 else 'wrote'} on {_day(msgs[0].timestamp)}"
 
 
+def polish_cue(cue: str, lines: list[SourceLine]) -> str:
+    """``cue`` with each of its "; "-separated clauses that credits the wrong speaker put right
+    (``insight_rules.reattribute``, the first-person and both-named rules as for narrative sentences;
+    ``narrate_cue_reattributed``): what the pipeline does to every P_nar cue and the narrate optimizer's program to
+    every output it scores. P_nar's "Caroline shares a painting of a sunset over a lake with Melanie" (Melanie's
+    picture) went on to P_ant's prediction and to retrieval. Unchanged when no clause moves."""
+    clauses = cue.split("; ")
+    fixed = [reattribute(clause, lines, second_person=False) for clause in clauses]
+    moved = sum(changed for _, changed in fixed)
+    if not moved:
+        return cue
+    tally("narrate_cue_reattributed", moved)
+    return "; ".join(text for text, _ in fixed)
+
+
 def _own_cue(msgs: Sequence[StoredMessage], lines: list[SourceLine], cue: str, demos: tuple[str, ...] = ()) -> str:
-    """``cue``, or ``fallback_cue`` when it restates a seed demo (or one of ``demos``) the episode's message ``lines``
-    do not hold (``insight_rules.echoes_demo``; ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her
-    rescue greyhound Biscuit" for a session about Jon losing his job."""
+    """``cue`` with its speakers put right (``polish_cue``), or ``fallback_cue`` when it restates a seed demo (or one
+    of ``demos``) the episode's message ``lines`` do not hold (``insight_rules.echoes_demo``;
+    ``narrate_demo_echo_cue``), e.g. "Gina tells Jon about adopting her rescue greyhound Biscuit" for a session
+    about Jon losing his job."""
     if echoes_demo(cue, lines, demos):
         tally("narrate_demo_echo_cue")
         return fallback_cue(msgs)
-    return cue
+    return polish_cue(cue, lines)
 
 
 def fallback_narrative(msgs: Sequence[StoredMessage], max_chars: int = FALLBACK_NARRATIVE_CHARS) -> str:
