@@ -72,9 +72,11 @@ class DistillPredictionError(dspy.Signature):
     timestamps).
     Return an empty list if the prediction already covered everything."""
 
+    # the prediction first, the messages right before the reply: with the prediction last, the 1.5B distiller
+    # returned the prediction's sentences (docs/decisions.md, "P_dis reads the messages last")
+    predicted_episode: str = dspy.InputField(desc="what memory predicted the episode would contain")
     episode_messages: str = dspy.InputField(desc="the real episode: messages 'speaker: text', each dated by "
                                            "the '[YYYY-MM-DD HH:MM]' on its line or the nearest one above it")
-    predicted_episode: str = dspy.InputField(desc="what memory predicted the episode would contain")
     insights: list[str] = dspy.OutputField(desc="new or corrected facts, one self-contained sentence each")
 
 
