@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import date
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -82,7 +83,8 @@ def score(runs: list[dict[str, Any]], conversations: dict[str, Any], embedder: A
     sup: dict[str, list[bool]] = {"recorded": [], "replayed": []}
     for run in runs:
         golds = [g.text for g in gold_observations(conversations[run["user"]]) if set(g.dia_ids) & set(run["ids"])]
-        lines = dated_message_lines(run["messages"])
+        lines = [(who, f"{date.fromisoformat(day):%B %Y}" if day else "", text)  # SupportLine: speaker, month, text
+                 for who, text, day in dated_message_lines(run["messages"])]
         for side in hit:
             kept = clean_insights(run[side], run["messages"], predicted=run["predicted"])
             if golds:
