@@ -955,11 +955,20 @@ PREDICTION_ECHO_OVERLAP = 0.5
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
 
 
+def _root(word: str) -> str:
+    """A ``_claim_words`` stem with a doubled last letter undone ("plann" of "planning" meets "plan" of "plans") and
+    a final silent "e" dropped ("celebrate" meets "celebrat" of "celebrated")."""
+    if len(word) > 3 and word.isalpha() and word[-1] == word[-2]:
+        return word[:-1]
+    return word[:-1] if len(word) > 4 and word.endswith("e") and word.isalpha() else word
+
+
 def _roots(sentence: str, speakers: set[str]) -> frozenset[str]:
-    """``_claim_words`` of ``sentence`` without possessive 's ("Melanie's" is a name) and with a doubled last
-    letter undone ("plann" of "planning" meets "plan" of "plans")."""
-    return frozenset(w[:-1] if len(w) > 3 and w[-1] == w[-2] and w.isalpha() else w
-                     for w in _claim_words(_POSSESSIVE.sub("", sentence), speakers))
+    """``_root``s of the ``_claim_words`` of ``sentence`` without its dates ("on June 9, 2023" is when, not what)
+    and without possessive 's ("Melanie's" is a name)."""
+    for start, end, _ in reversed(date_mentions(sentence)):
+        sentence = sentence[:start] + " " + sentence[end:]
+    return frozenset(_root(w) for w in _claim_words(_POSSESSIVE.sub("", sentence), speakers))
 
 
 def restates_prediction(insight: str, predicted: str, lines: list[SourceLine]) -> bool:

@@ -615,6 +615,10 @@ def test_an_insight_taken_from_the_prediction_that_no_message_holds_restates_it(
     # a paraphrase holding half of its claim in one predicted sentence (conv-41: "John mentions making pizza as an
     # idea" from "John tells Maria about making pizza." on a run that never mentions pizza)
     assert restates_prediction("Noor mentions adopting a kitten as an idea.", _PREDICTED, _RACE_LINES)
+    # its date is when, not what; "celebrated" meets the prediction's "celebrate" (conv-26: "Melanie and Caroline
+    # celebrated their 5th anniversary on June 9, 2023." from "They celebrate their 5th anniversary.")
+    assert restates_prediction("Dario and Noor celebrated their 5th anniversary on June 9, 2023.",
+                               "They celebrate their 5th anniversary.", _RACE_LINES)
 
 
 def test_an_insight_a_message_holds_is_kept_whatever_the_prediction_says():
