@@ -381,7 +381,8 @@ def _first_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceLi
     """(message line, passage) an insight speaking in the first person copies, as ``_match`` finds it at
     ``CHAT_MATCH_RATIO``: against every message when the insight names no speaker, against the named speaker's own
     messages, that name (and its possessive) left out, when it names one ("Gina used to compete … - my fav memory
-    …" against Gina's "I used to compete … - my fav memory …"); None when it names two or more, or nothing matches."""
+    …" against Gina's "I used to compete … - my fav memory …"); None when it names two or more, or nothing
+    matches."""
     first = _first_names(lines)
     named = people_named(insight, set(first))
     if len(named) > 1:
@@ -579,7 +580,8 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
 #: an image turn as a message carries it (``eval.locomo`` renders LoCoMo's image turns so): its caption in group 1.
 _CAPTION = re.compile(r"\[shares an image: ([^\]]*)\]")
 #: "<who> shares a picture": the sharing verb right after the person it credits (``{who}``), then a picture word.
-_SHARE_VERB = r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b"
+_SHARE_VERB = (r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?"
+               r"(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b")
 _SHARING = _SHARE_VERB + r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 
 
@@ -616,8 +618,8 @@ def _sharer_swapped(insight: str, lines: list[SourceLine], first: dict[str, str]
                     ) -> tuple[str, str] | None:
     """``(sharer, meant)`` when ``insight`` names both speakers and says the one named right before the sharing verb
     shared something (``_SHARE_VERB``, whatever the object: P_nar's cue "Caroline shares a painting of a sunset over
-    a lake with Melanie" says no "photo"; not "<B> and <A> shared") whose caption is the other's: a caption of the other's
-    messages holds the insight's words clearly (``_clear``) and none of the named sharer's holds half as many. The
+    a lake with Melanie" says no "photo"; not "<B> and <A> shared") whose caption is the other's: a caption of the
+    other's messages holds the insight's words clearly (``_clear``) and none of the named sharer's holds half as many. The
     two names are then swapped: "Caroline shared a photo of a painting of a sunset over a lake with Melanie" of
     Melanie's ``[shares an image: a photo of a painting of a sunset over a lake]`` (Caroline's own caption, "a photo
     of a dog walking past a wall with a painting of a woman", shares "painting" only: the words saying that a picture
