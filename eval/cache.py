@@ -48,8 +48,8 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: insight restating P_ant's prediction that no message holds dropped, "<A> shared a photo … with <B>" of B's picture
 #: swapped; 16: an insight speaking in the first person quoted as the message it copies, or dropped, the prediction
 #: copy caught at half its claim words, cue clauses credited to the right speaker, "Woah, Maria," read as an
-#: address, P_dis shown the messages after the prediction, a prediction copy's dates left out), so memories built by older code are never reused as if
-#: they were current.
+#: address, P_dis shown the messages after the prediction, a prediction copy's dates left out), so memories built
+#: by older code are never reused as if they were current.
 MEMORY_FORMAT = 16
 
 

@@ -456,7 +456,7 @@ def _stem(word: str) -> str:
 
 def _first_names(lines: list[SourceLine]) -> dict[str, str]:
     """Case-folded first name → the speaker's first name as written, for every speaker of ``lines``."""
-    return {who.split()[0].casefold(): who.split()[0] for who, _, _ in lines if who.strip()}
+    return {_speaker_key(who): who.split()[0] for who, _, _ in lines if who.strip()}
 
 
 #: Opening words of a sentence that leans on one before it for its subject.
@@ -712,14 +712,18 @@ def reattribute(insight: str, lines: list[SourceLine], second_person: bool = Tru
     return re.sub(rf"\b{re.escape(named)}\b", speaker, insight, flags=re.IGNORECASE), True
 
 
+def _without_dates(text: str) -> str:
+    """``text`` with each date it states (``temporal.date_mentions``) blanked: what it says, not when."""
+    for start, end, _ in reversed(date_mentions(text)):
+        text = text[:start] + " " + text[end:]
+    return text
+
+
 def _telling(insight: str, lines: list[SourceLine]) -> tuple[str, datetime] | None:
     """(the message text, relative dates resolved, and its send time) of the one dated message holding the most
     of ``insight``'s content words (dates aside), when it holds at least half of them and no other holds as many."""
     speakers = {speaker for speaker, _, _ in lines}
-    bare = insight
-    for start, end, _ in reversed(date_mentions(insight)):
-        bare = bare[:start] + bare[end:]
-    words = {_stem(w) for w in content_words(bare, speakers)}
+    words = {_stem(w) for w in content_words(_without_dates(insight), speakers)}
     if len(words) < 2:
         return None
     scored = sorted(((len(words & {_stem(w) for w in content_words(content, speakers)}) / len(words), content, day)
@@ -968,9 +972,7 @@ def _root(word: str) -> str:
 def _roots(sentence: str, speakers: set[str]) -> frozenset[str]:
     """``_root``s of the ``_claim_words`` of ``sentence`` without its dates ("on June 9, 2023" is when, not what)
     and without possessive 's ("Melanie's" is a name)."""
-    for start, end, _ in reversed(date_mentions(sentence)):
-        sentence = sentence[:start] + " " + sentence[end:]
-    return frozenset(_root(w) for w in _claim_words(_POSSESSIVE.sub("", sentence), speakers))
+    return frozenset(_root(w) for w in _claim_words(_POSSESSIVE.sub("", _without_dates(sentence)), speakers))
 
 
 def restates_prediction(insight: str, predicted: str, lines: list[SourceLine]) -> bool:
