@@ -78,6 +78,7 @@ GUARDS: dict[str, tuple[str, str]] = {
     "insights_dropped.predicted_only": ("distill", "restates P_ant's prediction, no message holds it: dropped"),
     "insights_dropped.first_person": ("distill", "speaks in the first person, copies no message: dropped"),
     "insights_dropped.pleasantry": ("distill", "only thanks, compliments or goodbyes between the speakers: dropped"),
+    "insights_dropped.picture_reaction": ("distill", "only judges a picture shared in the chat: dropped"),
     "insights_dropped.": ("distill", "insight dropped"),
     "insight_duplicates_skipped": ("consolidate", "insight already in memory: skipped, no P_con"),
     "insight_duplicates_redated": ("consolidate", "duplicate restated later: its stored entry re-dated"),

@@ -45,6 +45,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "quote_text", "people_named", "first_name_written", "mask_people", "ATTRIBUTION_OVERLAP", "SECOND_PERSON", "misattributed_to", "reattribute", "redate", "SPEECH_VERBS",
            "echoes_demo", "is_demo_echo", "drop_demo_echoes", "DEMO_ECHO_OVERLAP", "demo_texts",
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
+           "speaks_to_listener", "is_picture_reaction",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
            "is_pleasantry", "PREDICTION_ECHO_OVERLAP", "restates_prediction"]
 
@@ -232,7 +233,7 @@ def carries_no_fact(text: str, speakers: set[str]) -> bool:
 #: a clause reporting a social act between the speakers, and nothing else: thanks, congratulations, compliments,
 #: wishes, greetings, goodbyes, "expresses support / gratitude / admiration …" (``is_pleasantry``).
 _SOCIAL_ACT = re.compile(
-    r"(?:also\s+|then\s+)?(?:thank(?:s|ed)?|congratulat(?:es|ed|e)|compliment(?:s|ed)?|"
+    r"(?:also\s+|then\s+)?(?:thank(?:s|ed)?|congratulat(?:es|ed|e)|compliment(?:s|ed)?|prais(?:es|ed|e)|"
     r"wish(?:es|ed)?|greet(?:s|ed)?|bid(?:s)?\s+farewell|(?:says?|said)\s+(?:goodbye|bye|hello|hi)|"
     r"appreciat(?:es|ed|e)|takes?\s+care|cheer(?:s|ed)?\s+\w+\s+on|"
     r"express(?:es|ed)?\s+(?:\w+\s+)?(?:gratitude|thanks|appreciation|support|admiration|enthusiasm|excitement|"
@@ -240,6 +241,28 @@ _SOCIAL_ACT = re.compile(
     r"looks?\s+forward\s+to\s+(?:seeing|chatting|talking|catching\s+up|hearing))\b")
 _ACTOR = re.compile(r"^\s*([A-Z][\w'’-]+)(?:\s+and\s+[A-Z][\w'’-]+)?\s+")
 _CLAUSE_SPLIT = re.compile(r"\s*;\s*|,?\s+and\s+(?!(?:his|hers|its|this|theirs|yours|ours)\b)(?=[a-z]+(?:s|ed)\b)")
+
+
+#: "The photo of … is amazing!", "The painting … is a beautiful image that Caroline found interesting": a picture as
+#: the subject, judged and nothing else (``is_picture_reaction``).
+_PICTURE_REACTION = re.compile(
+    r"^(?:the|this|that|[A-Z][\w'’-]+(?:'s|’s))\s+(?:[\w'’-]+\s+){0,8}?"
+    r"(?:photo|image|picture|pic|painting|drawing)s?\b"
+    r"[^.!?]*?\b(?:is|are|was|were|looks?|looked|seems?)\s+(?:so\s+|very\s+|really\s+|truly\s+|an?\s+)*"
+    r"(?:amazing|beautiful|interesting|promising|great|inspiring|cool|awesome|lovely|stunning|gorgeous|nice|"
+    r"wonderful|incredible|fantastic|impressive|cute|adorable|pretty)\b", re.IGNORECASE)
+
+
+def is_picture_reaction(insight: str) -> bool:
+    """True if ``insight`` only judges a picture shared in the chat: its subject is a photo, image, picture or
+    painting ("The photo of the family pic from when they met up is amazing!", "The new arrival sign and information
+    building image from the agency looks promising.") and its verb says how it looks, in one sentence giving no reason
+    or content ("… is interesting because it shows the film set" is kept). Such a sentence is a
+    listener's reaction, not knowledge about anyone; what the picture shows is in the episode (its caption is in
+    the messages, the narrative tells who shared it)."""
+    text = insight.strip()
+    return (len(split_sentences(text)) == 1 and not re.search(r"\b(?:because|since|shows?|showing)\b", text, re.I)
+            and bool(_PICTURE_REACTION.match(text)))
 
 
 def is_pleasantry(insight: str, speakers: set[str]) -> bool:
@@ -349,13 +372,22 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
       ``carries_no_fact``: greetings, thanks, reactions), ``"chat_line"`` (a chat line matching no message of
       its speaker: not something anyone said), ``"pleasantry"`` (a sentence that only reports a social act between
       the speakers, ``is_pleasantry``: "Jolene thanks Deborah for kind words."), ``"first_person"`` (a statement
-      speaking in the first person that matches no message: nobody can tell whose "my" it is).
+      speaking in the first person that matches no message: nobody can tell whose "my" it is),
+      ``"picture_reaction"`` (a picture judged and nothing else, ``is_picture_reaction``: "The photo of the family
+      pic from when they met up is amazing!").
+
+    A statement saying "you" outside quotation marks (``speaks_to_listener``) that copies a message, its names left
+    out, at ``CHAT_MATCH_RATIO`` (``_second_person_match``) is attributed the same way, to the message's speaker:
+    "Joanna made a dairy-free chocolate cake with berries on it the other day, maybe you would like that!" is
+    Nate's line with the wrong name put in front; unmatched ("… things that can bring you joy") it is kept.
     """
     if is_question(insight):
         return None, "question"
     speakers = {speaker for speaker, _, _ in lines}
     if is_pleasantry(insight, speakers):
         return None, "pleasantry"
+    if is_picture_reaction(insight):
+        return None, "picture_reaction"
     if is_chat_line(insight, speakers):
         head, _, text = insight.partition(":")
         speaker = next(s for s in speakers if s.casefold() == head.strip().strip("[*\"'").casefold())
@@ -368,6 +400,8 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
             found = _first_person_match(insight, lines)
             if found is None:
                 return None, "first_person"
+        if found is None and speaks_to_listener(insight):
+            found = _second_person_match(insight, lines)
         if found is None:
             text, changed = reattribute(insight, lines)
             return text, "reattributed" if changed else "kept"
@@ -392,6 +426,23 @@ def _first_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceLi
     (who,) = named
     bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", insight, flags=re.IGNORECASE)
     return _match(bare, [line for line in lines if _speaker_key(line[0]) == who], None, CHAT_MATCH_RATIO)
+
+
+def speaks_to_listener(text: str) -> bool:
+    """Whether ``text`` says "you", "your"… (``SECOND_PERSON``) outside its quotation marks: a fact about someone
+    says "he" or "she"; a chat line addressed to its listener says "you"."""
+    return bool(SECOND_PERSON & set(_lower_words(_QUOTED.sub(" ", text))))
+
+
+def _second_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceLine, str] | None:
+    """(message line, passage) an insight saying "you" copies: ``_match`` at ``CHAT_MATCH_RATIO`` of the insight with
+    the speakers' first names (and possessives) left out, against every speaker's messages, since the name a small
+    model put in front may be the wrong one. None when nothing matches."""
+    first = _first_names(lines)
+    bare = insight
+    for who in people_named(insight, set(first)):
+        bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", bare, flags=re.IGNORECASE)
+    return _match(bare, lines, None, CHAT_MATCH_RATIO)
 
 
 # ------------------------------------------------------------------------------------------------ speaker check
@@ -581,17 +632,21 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
 _CAPTION = re.compile(r"\[shares an image: ([^\]]*)\]")
 #: "<who> shares a picture": the sharing verb right after the person it credits (``{who}``), then a picture word.
 _SHARE_VERB = (r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?"
-               r"(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?)\b")
+               r"(?:share[sd]?|show(?:s|ed)?|post(?:s|ed)?|sen[dt]s?|give[sn]?|gave)\b")
 _SHARING = _SHARE_VERB + r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
+#: "<who>'s living room photo": a picture called the person's (``_shows`` reads it as "<who> shared a photo").
+_OWNED_PICTURE = r"\b{who}(?:'s|’s)\s+(?:[\w-]+\s+){{0,4}}?(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 
 
 def _shows(insight: str, who: str, content: str, words: set[str], names: set[str]) -> bool:
     """True when ``insight`` says that ``who`` (case-folded first name) shared a picture and a caption of
     ``content`` (``[shares an image: …]``) holds what it says (``_clear``): an image a message shares is its
     speaker's, though a caption speaks of no one ("Caroline shares an image of a man and a little girl by a
-    waterfall" from Melanie's picture). A sentence whose sharer is a pronoun ("She shared …, which Melanie liked")
+    waterfall" from Melanie's picture); so is a picture called ``who``'s ("John's living room photo is about a
+    couch", ``_OWNED_PICTURE``). A sentence whose sharer is a pronoun ("She shared …, which Melanie liked")
     does not count."""
-    if not re.search(_SHARING.format(who=re.escape(who)), insight, re.IGNORECASE):
+    forms = (_SHARING, _OWNED_PICTURE)
+    if not any(re.search(form.format(who=re.escape(who)), insight, re.IGNORECASE) for form in forms):
         return False
     return _clear(_caption_share(words, content, names), len(words))
 
@@ -646,11 +701,14 @@ def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str]
                  ) -> dict[str, tuple[float, list[str]]]:
     """Speaker (case-folded first name) → (the largest share of ``words`` one of their messages holds, every
     message of theirs holding it). ``about_self``: leave out messages whose part holding ``words`` speaks of the
-    listener ("Is this your own painting?" is no sign the painting is its speaker's)."""
+    listener ("Is this your own painting?" is no sign the painting is its speaker's), or, where that part says
+    neither, whose whole text does ("You're doing something amazing! Creating a family for those kids is so
+    lovely."); a message sharing an image is judged by its part alone (the picture is its speaker's)."""
     best: dict[str, tuple[float, list[str]]] = {}
     for speaker, content, _ in lines:
         key = _speaker_key(speaker)
-        if about_self and speaks_of(content, words, set(first)) == "listener":
+        whole = not _CAPTION.search(content)
+        if about_self and speaks_of(content, words, set(first), whole_on_tie=whole) == "listener":
             continue
         share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
         top, tops = best.get(key, (-1.0, []))
@@ -684,17 +742,21 @@ def _clear(share: float, n_words: int) -> bool:
     return share >= ATTRIBUTION_OVERLAP and round(share * n_words) >= 2
 
 
-def speaks_of(content: str, words: set[str] | None = None, names: set[str] = frozenset()) -> str | None:
+def speaks_of(content: str, words: set[str] | None = None, names: set[str] = frozenset(),
+              whole_on_tie: bool = False) -> str | None:
     """``"self"`` (more first- than second-person words), ``"listener"`` (the reverse) or None (a tie), counted
     over the sentences of ``content`` that hold one of ``words`` (stemmed content words; all sentences when none
     does or ``words`` is None): in "Hey Sam! I'm swamped with work. What's up with you?" the part about work
     speaks of its speaker, though the whole message says "you" twice. ``names``: case-folded first names, not
-    content words."""
+    content words. ``whole_on_tie``: when those sentences tie, count the whole message instead ("You're doing
+    something amazing! Creating a family for those kids is so lovely." is about the listener)."""
     part = content
     if words:
         held = [s for s in split_sentences(content) if words & {_stem(w) for w in content_words(s, names)}]
         part = " ".join(held) or content
     mine, yours = _person_counts(part)
+    if whole_on_tie and mine == yours and part != content:
+        mine, yours = _person_counts(content)
     return "self" if mine > yours else "listener" if yours > mine else None
 
 

@@ -655,3 +655,74 @@ def test_an_echo_of_a_demo_the_stage_was_shown_is_caught_not_only_of_a_seed_demo
     own = [("Caroline", "I'm going to continue my education and explore career options!", None)]
     assert not echoes_demo("Caroline will continue her education and explore career options.", own, demos)
     assert demo_texts(None) == ()
+
+
+# ----------------------------------------------------------------------------- "you", reactions, owned pictures
+from nemori_dspy.insight_rules import is_picture_reaction, speaks_to_listener  # noqa: E402
+
+DESSERT = [
+    ("Nate", "I made coconut milk ice cream last week, so delicious!", "2022-02-07"),
+    ("Joanna", "Oh nice! I just watched Little Women, a great story about sisters.", "2022-02-07"),
+    ("Nate", "Well I also made a dairy-free chocolate cake with berries on it the other day, maybe you would like "
+             "that!", "2022-02-07"),
+]
+
+
+def test_a_statement_saying_you_that_copies_a_message_is_quoted_with_the_speaker_who_wrote_it():
+    # the distiller put the wrong name in front of Nate's line: the quote goes to Nate
+    wrong = "Joanna made a dairy-free chocolate cake with berries on it the other day, maybe you would like that!"
+    fact, outcome = rule_insight(wrong, DESSERT)
+    assert outcome == "attributed"
+    assert fact.startswith("Nate said on 2022-02-07: \u201c") and "chocolate cake" in fact
+
+
+def test_a_statement_saying_a_generic_you_that_copies_nothing_is_kept():
+    fact = "Nate thinks that cooking at home lets you try new flavors every week."
+    assert speaks_to_listener(fact)
+    assert rule_insight(fact, DESSERT) == (fact, "kept")
+    assert not speaks_to_listener("Nate said: \u201cmaybe you would like that!\u201d")
+
+
+FAMILY = [
+    ("Caroline", "I'm thrilled to make a family for kids who need one. It'll be tough, but I'm up for it!",
+     "2023-06-09"),
+    ("Melanie", "You're doing something amazing! Creating a family for those kids is so lovely. You'll be an "
+                "awesome mom!", "2023-06-09"),
+]
+
+
+def test_a_listeners_praise_that_repeats_the_words_does_not_keep_the_plan_with_the_listener():
+    # Melanie's sentence naming the family speaks of nobody; her message as a whole speaks of Caroline
+    assert misattributed_to("Melanie is excited to make a family for kids who need one.", FAMILY) == (
+        "Melanie", "Caroline")
+
+
+@pytest.mark.parametrize("insight", [
+    "The photo of the family pic from when they met up is amazing!",
+    "The new arrival sign and information building image from the agency looks promising.",
+    "The painting of a sunset over a lake is a beautiful image that Caroline found interesting.",
+])
+def test_a_picture_judged_and_nothing_else_is_dropped(insight):
+    assert is_picture_reaction(insight)
+    assert rule_insight(insight, FAMILY) == (None, "picture_reaction")
+
+
+@pytest.mark.parametrize("insight", [
+    "John's photo is interesting because it shows the Harry Potter film set.",   # gives what it shows
+    "Melanie painted a lake sunrise in 2022.",
+    "That pic is so cute! It would be fun to hang out with a dog.",               # more than the judgement
+])
+def test_a_sentence_about_a_picture_that_tells_something_is_no_mere_reaction(insight):
+    assert not is_picture_reaction(insight)
+
+
+def test_a_picture_called_the_wrong_persons_goes_to_whoever_shared_it():
+    lines = [("Tim", "It's like bliss for me in a comfy spot. [shares an image: a photo of a living room with a "
+                     "brown couch and a white ottoman]", "2023-07-16"),
+             ("John", "That sounds awesome! So glad you found something that brings you joy.", "2023-07-16")]
+    assert misattributed_to("John's living room photo is about a couch and an ottoman.", lines) == ("John", "Tim")
+
+
+def test_praise_between_the_speakers_is_a_pleasantry():
+    assert rule_insight("Melanie praised Caroline for her bravery and inspiring words.", FAMILY) == (
+        None, "pleasantry")

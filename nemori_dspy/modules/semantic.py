@@ -132,7 +132,9 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
        copy of a message that carries no fact (greetings, thanks, reactions) → ``insights_dropped.no_fact``; a
        chat line matching no message of its speaker → ``insights_dropped.chat_line``; a sentence that only reports
        a social act between the speakers (``insight_rules.is_pleasantry``: "Jolene thanks Deborah for kind
-       words.") → ``insights_dropped.pleasantry``; any other chat line or copy, or a statement speaking in the
+       words.") → ``insights_dropped.pleasantry``; a picture judged and nothing else
+       (``insight_rules.is_picture_reaction``: "The photo … is amazing!") → ``insights_dropped.picture_reaction``;
+       any other chat line or copy, or a statement speaking in the
        first person ("Gina used to compete … - my fav memory …") that matches a message,
        becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``; one
        speaking in the first person that matches none → ``insights_dropped.first_person``; a
