@@ -852,6 +852,12 @@ def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]
 #: share of a text's content words a seed-demo sentence must hold for the text to echo the demo
 #: (``echoes_demo``); the episode's own messages must then hold less than half of them.
 DEMO_ECHO_OVERLAP = 0.8
+#: a sentence holding this many words of one demo sentence that no message of its episode holds (verbs of speaking
+#: and "named" aside) took them from the demo: "Caroline said she had adopted a rescue greyhound named Biscuit on 12
+#: March 2022, which motivated her …" (conv-26, session 3) holds five of the seed demo's and half its words are the
+#: episode's own, so the overlap test alone let it through.
+DEMO_LEAK_WORDS = 3
+_LEAK_IGNORED = frozenset({_stem(w) for w in SPEECH_VERBS} | {"nam", "name"})
 
 
 def _texts(examples: Iterable[Any]) -> list[str]:
@@ -889,7 +895,8 @@ def echoes_demo(text: str, lines: list[SourceLine], demos: tuple[str, ...] = ())
     """Whether ``text`` restates a demo rather than its episode: a sentence of a seed demo, or of the ``demos`` the
     stage was shown (``demo_texts``: an optimizer's bootstrapped demos), holds ≥ ``DEMO_ECHO_OVERLAP`` of its content
     words (at least three of them; crudely stemmed, the episode's speakers aside) and the episode's messages
-    ``lines`` together hold less than half of them. The 1.5B writer stored the demo's "Priya is starting a pottery
+    ``lines`` together hold less than half of them; or ``DEMO_LEAK_WORDS`` words of one demo sentence that no
+    message holds (a demo's dog, "Biscuit", "greyhound", "rescue", put into an episode about something else). The 1.5B writer stored the demo's "Priya is starting a pottery
     class in April 2022." and "Tom's sister helped her dog with stairs …" (as Sam's) on conv-49; a fact that merely
     shares the demo's topic ("Melanie is starting a pottery class") is held by its own messages. With two demos the
     1.5B teacher bootstrapped from conv-26, the 0.5B narrator wrote of Nate and Joanna (conv-42) "… while Melanie
@@ -898,9 +905,11 @@ def echoes_demo(text: str, lines: list[SourceLine], demos: tuple[str, ...] = ())
     words = {_stem(w) for w in content_words(text, speakers)}
     if len(words) < 3:
         return False
+    said = {_stem(w) for _, content, _ in lines for w in content_words(content, speakers)}
+    if any(len((words & d) - said - _LEAK_IGNORED) >= DEMO_LEAK_WORDS for d in _demo_sentences(demos)):
+        return True
     if max((len(words & d) / len(words) for d in _demo_sentences(demos)), default=0.0) < DEMO_ECHO_OVERLAP:
         return False
-    said = {_stem(w) for _, content, _ in lines for w in content_words(content, speakers)}
     return len(words & said) / len(words) < DEMO_ECHO_OVERLAP / 2
 
 

@@ -726,3 +726,21 @@ def test_a_picture_called_the_wrong_persons_goes_to_whoever_shared_it():
 def test_praise_between_the_speakers_is_a_pleasantry():
     assert rule_insight("Melanie praised Caroline for her bravery and inspiring words.", FAMILY) == (
         None, "pleasantry")
+
+
+SUPPORT = [
+    ("Caroline", "My friends, family and mentors are my rocks. They motivate me to spread love and understanding.",
+     "2023-06-09"),
+    ("Melanie", "That's lovely, Caroline! My husband and kids keep me going too.", "2023-06-09"),
+]
+
+
+def test_a_sentence_mixing_a_demos_details_into_its_own_episode_is_a_demo_echo():
+    # half the words are the episode's own; the demo's dog, its breed and its date are in no message
+    leak = ("Caroline said she had adopted a rescue greyhound named Biscuit on 12 March 2022, which motivated her to "
+            "spread love and understanding with Mel.")
+    assert echoes_demo(leak, SUPPORT)
+    assert not echoes_demo("Caroline said her friends, family and mentors motivate her to spread love and "
+                           "understanding.", SUPPORT)
+    assert drop_demo_echoes(f"Caroline and Melanie talked about their support system. {leak}", SUPPORT) == (
+        "Caroline and Melanie talked about their support system.", 1)
