@@ -51,9 +51,10 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: address, P_dis shown the messages after the prediction, a prediction copy's dates left out; 17: an insight saying
 #: "you" quoted as the message it copies, a picture judged and nothing else dropped, praise a pleasantry, a listener's
 #: praise no sign a plan is theirs, "<A>'s … photo" of B's picture put right; 18: a sentence holding three words of a
-#: demo sentence that no message holds is a demo echo), so memories built by older code are never reused as if they
-#: were current.
-MEMORY_FORMAT = 18
+#: demo sentence that no message holds is a demo echo; 19: "took care of <Name>", "gave <Name> a shout" and "says
+#: he'll let her know" are pleasantries, "takes care of her dogs" no longer one), so memories built by older code are
+#: never reused as if they were current.
+MEMORY_FORMAT = 19
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

@@ -235,7 +235,10 @@ def carries_no_fact(text: str, speakers: set[str]) -> bool:
 _SOCIAL_ACT = re.compile(
     r"(?:also\s+|then\s+)?(?:thank(?:s|ed)?|congratulat(?:es|ed|e)|compliment(?:s|ed)?|prais(?:es|ed|e)|"
     r"wish(?:es|ed)?|greet(?:s|ed)?|bid(?:s)?\s+farewell|(?:says?|said)\s+(?:goodbye|bye|hello|hi)|"
-    r"appreciat(?:es|ed|e)|takes?\s+care|cheer(?:s|ed)?\s+\w+\s+on|"
+    r"appreciat(?:es|ed|e)|t(?:akes?|ook)\s+care(?!\s+of\s+(?:his|her|their|its|my|our|the|a|an|some)\b)|"
+    r"cheer(?:s|ed)?\s+\w+\s+on|g(?:ives?|ave)\s+\w+\s+a\s+shout|"
+    r"(?:says?|said)\s+(?:he|she|they)(?:'ll|’ll|\s+will|\s+would)\s+"
+    r"(?:let\s+\w+\s+know|keep\s+\w+\s+(?:posted|updated))|"
     r"express(?:es|ed)?\s+(?:\w+\s+)?(?:gratitude|thanks|appreciation|support|admiration|enthusiasm|excitement|"
     r"happiness|joy|pride|delight)|promise(?:s|d)?\s+to\s+(?:keep\s+\w+\s+posted|see|catch\s+up|talk)|"
     r"looks?\s+forward\s+to\s+(?:seeing|chatting|talking|catching\s+up|hearing))\b")
@@ -272,7 +275,9 @@ def is_pleasantry(insight: str, speakers: set[str]) -> bool:
     admiration …" or a promise to keep in touch (``"Jolene thanks Deborah for kind words."``, ``"Sam thanks Evan
     for the advice and promises to keep him posted."``). Such a sentence is no knowledge about anyone; a clause
     that tells something (``"… and mentions coconut milk ice cream as a new favorite snack"``), "expresses
-    interest in …", "agrees to …", "encourages Caroline to continue her education" keep the insight."""
+    interest in …", "agrees to …", "encourages Caroline to continue her education" keep the insight; so does
+    taking care *of* someone's own ("Audrey takes care of her dogs"), unlike "Nate took care of Joanna" (a
+    "take care" goodbye)."""
     actor = _ACTOR.match(insight)
     names = {word_key(s).split()[0] for s in speakers if word_key(s)}
     if actor is None or word_key(actor.group(1)) not in names:

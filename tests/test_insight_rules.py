@@ -744,3 +744,14 @@ def test_a_sentence_mixing_a_demos_details_into_its_own_episode_is_a_demo_echo()
                            "understanding.", SUPPORT)
     assert drop_demo_echoes(f"Caroline and Melanie talked about their support system. {leak}", SUPPORT) == (
         "Caroline and Melanie talked about their support system.", 1)
+
+
+@pytest.mark.parametrize("insight,pleasantry", [
+    ("Nate took care of Joanna after the conversation.", True),                 # a "take care" goodbye
+    ("Nate gave Joanna a shout when he ran out of things to watch.", True),
+    ("Andrew thanks Audrey for the suggestion and says he'll let her know how it goes.", True),
+    ("Audrey takes care of her dogs every day.", False),                        # a fact about Audrey
+    ("Nate says he will move to Paris.", False),
+])
+def test_goodbyes_and_promises_to_keep_in_touch_are_pleasantries_and_caring_for_ones_own_is_not(insight, pleasantry):
+    assert is_pleasantry(insight, {"Nate", "Joanna", "Audrey", "Andrew"}) is pleasantry
