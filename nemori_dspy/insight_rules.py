@@ -260,9 +260,9 @@ def is_picture_reaction(insight: str) -> bool:
     """True if ``insight`` only judges a picture shared in the chat: its subject is a photo, image, picture or
     painting ("The photo of the family pic from when they met up is amazing!", "The new arrival sign and information
     building image from the agency looks promising.") and its verb says how it looks, in one sentence giving no reason
-    or content ("… is interesting because it shows the film set" is kept). Such a sentence is a
-    listener's reaction, not knowledge about anyone; what the picture shows is in the episode (its caption is in
-    the messages, the narrative tells who shared it)."""
+    or content ("… is interesting because it shows the film set" is kept). Such a sentence is a listener's reaction,
+    not knowledge about anyone; what the picture shows is in the episode (its caption is in the messages, the
+    narrative tells who shared it)."""
     text = insight.strip()
     return (len(split_sentences(text)) == 1 and not re.search(r"\b(?:because|since|shows?|showing)\b", text, re.I)
             and bool(_PICTURE_REACTION.match(text)))
@@ -901,11 +901,12 @@ def echoes_demo(text: str, lines: list[SourceLine], demos: tuple[str, ...] = ())
     stage was shown (``demo_texts``: an optimizer's bootstrapped demos), holds ≥ ``DEMO_ECHO_OVERLAP`` of its content
     words (at least three of them; crudely stemmed, the episode's speakers aside) and the episode's messages
     ``lines`` together hold less than half of them; or ``DEMO_LEAK_WORDS`` words of one demo sentence that no
-    message holds (a demo's dog, "Biscuit", "greyhound", "rescue", put into an episode about something else). The 1.5B writer stored the demo's "Priya is starting a pottery
-    class in April 2022." and "Tom's sister helped her dog with stairs …" (as Sam's) on conv-49; a fact that merely
-    shares the demo's topic ("Melanie is starting a pottery class") is held by its own messages. With two demos the
-    1.5B teacher bootstrapped from conv-26, the 0.5B narrator wrote of Nate and Joanna (conv-42) "… while Melanie
-    encourages her to continue her education and explore career options"."""
+    message holds (a demo's dog, "Biscuit", "greyhound", "rescue", put into an episode about something else). The
+    1.5B writer stored the demo's "Priya is starting a pottery class in April 2022." and "Tom's sister helped her dog
+    with stairs …" (as Sam's) on conv-49; a fact that merely shares the demo's topic ("Melanie is starting a pottery
+    class") is held by its own messages. With two demos the 1.5B teacher bootstrapped from conv-26, the 0.5B
+    narrator wrote of Nate and Joanna (conv-42) "… while Melanie encourages her to continue her education and
+    explore career options"."""
     speakers = set(_first_names(lines))
     words = {_stem(w) for w in content_words(text, speakers)}
     if len(words) < 3:

@@ -755,3 +755,12 @@ def test_a_sentence_mixing_a_demos_details_into_its_own_episode_is_a_demo_echo()
 ])
 def test_goodbyes_and_promises_to_keep_in_touch_are_pleasantries_and_caring_for_ones_own_is_not(insight, pleasantry):
     assert is_pleasantry(insight, {"Nate", "Joanna", "Audrey", "Andrew"}) is pleasantry
+
+
+def test_a_picture_given_by_the_wrong_speaker_goes_to_whoever_shared_it():
+    lines = [("Nate", "I made coconut milk ice cream! [shares an image: a photo of a bowl of coconut milk ice cream "
+                      "with sprinkles]", "2022-02-07"),
+             ("Joanna", "Yum! I love dairy-free desserts.", "2022-02-07")]
+    picture = "a photo of a bowl of coconut milk ice cream with sprinkles."
+    assert misattributed_to(f"Joanna gave Nate {picture}", lines) == ("Joanna", "Nate")
+    assert misattributed_to(f"Nate gave Joanna {picture}", lines) is None
