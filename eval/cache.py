@@ -52,9 +52,9 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: "you" quoted as the message it copies, a picture judged and nothing else dropped, praise a pleasantry, a listener's
 #: praise no sign a plan is theirs, "<A>'s … photo" of B's picture put right; 18: a sentence holding three words of a
 #: demo sentence that no message holds is a demo echo; 19: "took care of <Name>", "gave <Name> a shout" and "says
-#: he'll let her know" are pleasantries, "takes care of her dogs" no longer one), so memories built by older code are
-#: never reused as if they were current.
-MEMORY_FORMAT = 19
+#: he'll let her know" are pleasantries, "takes care of her dogs" no longer one; 20: a fact closely paraphrasing the
+#: other speaker's own line moved to them), so memories built by older code are never reused as if they were current.
+MEMORY_FORMAT = 20
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

@@ -630,7 +630,38 @@ def misattributed_to(insight: str, lines: list[SourceLine], second_person: bool 
             and all(speaks_of(c, words, names) == "listener" for c in own_tops) and not _QUOTE.match(insight)
             and not (SECOND_PERSON | SPEECH_VERBS) & set(_lower_words(insight))):
         return first[who], first[key]
+    if second_person:
+        return _paraphrased_from(insight, who, lines, first)
     return None
+
+
+def _paraphrased_from(insight: str, who: str, lines: list[SourceLine], first: dict[str, str]
+                      ) -> tuple[str, str] | None:
+    """``(named, meant)`` when ``insight``, its one speaker's name left out, is a close paraphrase of another
+    speaker's first-person passage (``difflib`` ratio ≥ ``CHAT_MATCH_RATIO``, ``_match``) and no passage of the
+    named speaker's comes within ``PARAPHRASE_MARGIN`` of it: "Melanie is off to go research." is Caroline's "Well,
+    I'm off to go do some research." (0.71; Melanie's "I'm off to go swimming with the kids." 0.49), which the
+    content-word shares cannot tell apart at two words. A message naming the insight's person ("I heard Sam got
+    back from a trip …") keeps the fact with them."""
+    bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", insight, flags=re.IGNORECASE)
+    found = _match(bare, [ln for ln in lines if _speaker_key(ln[0]) != who], None, CHAT_MATCH_RATIO)
+    if found is None:
+        return None
+    (speaker, content, _), passage = found
+    if speaks_of(passage) != "self" or who in people_named(_without_address(content, who), {who}):
+        return None
+    key = word_key(bare)
+    theirs = _ratio(key, word_key(passage))
+    own = max((_ratio(key, word_key(p)) for ln in lines if _speaker_key(ln[0]) == who for p in _passages(ln[1])),
+              default=0.0)
+    if own > theirs - PARAPHRASE_MARGIN:
+        return None
+    return first[who], first[_speaker_key(speaker)]
+
+
+#: how much closer (``difflib`` ratio) another speaker's passage must be to an insight than any of the named
+#: speaker's own for ``_paraphrased_from`` to move it.
+PARAPHRASE_MARGIN = 0.15
 
 
 #: an image turn as a message carries it (``eval.locomo`` renders LoCoMo's image turns so): its caption in group 1.

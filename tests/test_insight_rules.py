@@ -764,3 +764,18 @@ def test_a_picture_given_by_the_wrong_speaker_goes_to_whoever_shared_it():
     picture = "a photo of a bowl of coconut milk ice cream with sprinkles."
     assert misattributed_to(f"Joanna gave Nate {picture}", lines) == ("Joanna", "Nate")
     assert misattributed_to(f"Nate gave Joanna {picture}", lines) is None
+
+
+GOODBYES = [
+    ("Caroline", "Totally agree, Mel. Relaxing and expressing ourselves is key. Well, I'm off to go do some research.",
+     "2023-05-08"),
+    ("Melanie", "Yep, Caroline. Taking care of ourselves is vital. I'm off to go swimming with the kids. Talk soon!",
+     "2023-05-08"),
+]
+
+
+def test_a_close_paraphrase_of_the_other_speakers_own_line_moves_to_them():
+    assert misattributed_to("Melanie is off to go research.", GOODBYES) == ("Melanie", "Caroline")
+    assert misattributed_to("Melanie is off to go swimming with the kids.", GOODBYES) is None
+    from nemori_dspy.insight_rules import reattribute_sentences
+    assert reattribute_sentences("Melanie is off to go research.", GOODBYES)[1] == 0  # facts only, not narratives
