@@ -416,6 +416,12 @@ def rule_insight(insight: str, lines: list[SourceLine]) -> tuple[str | None, str
     return attributed_fact(speaker, date, passage), "attributed"
 
 
+def _without_name(text: str, who: str) -> str:
+    """``text`` with each mention of the first name ``who`` (case-folded, any case in the text) and its possessive
+    blanked: what a fact says, without whom it credits."""
+    return re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", text, flags=re.IGNORECASE)
+
+
 def _first_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceLine, str] | None:
     """(message line, passage) an insight speaking in the first person copies, as ``_match`` finds it at
     ``CHAT_MATCH_RATIO``: against every message when the insight names no speaker, against the named speaker's own
@@ -429,7 +435,7 @@ def _first_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceLi
     if not named:
         return _match(insight, lines, None, CHAT_MATCH_RATIO)
     (who,) = named
-    bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", insight, flags=re.IGNORECASE)
+    bare = _without_name(insight, who)
     return _match(bare, [line for line in lines if _speaker_key(line[0]) == who], None, CHAT_MATCH_RATIO)
 
 
@@ -446,7 +452,7 @@ def _second_person_match(insight: str, lines: list[SourceLine]) -> tuple[SourceL
     first = _first_names(lines)
     bare = insight
     for who in people_named(insight, set(first)):
-        bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", bare, flags=re.IGNORECASE)
+        bare = _without_name(bare, who)
     return _match(bare, lines, None, CHAT_MATCH_RATIO)
 
 
@@ -643,7 +649,7 @@ def _paraphrased_from(insight: str, who: str, lines: list[SourceLine], first: di
     I'm off to go do some research." (0.71; Melanie's "I'm off to go swimming with the kids." 0.49), which the
     content-word shares cannot tell apart at two words. A message naming the insight's person ("I heard Sam got
     back from a trip …") keeps the fact with them."""
-    bare = re.sub(rf"\b{re.escape(who)}(?:['’]s)?\b", " ", insight, flags=re.IGNORECASE)
+    bare = _without_name(insight, who)
     found = _match(bare, [ln for ln in lines if _speaker_key(ln[0]) != who], None, CHAT_MATCH_RATIO)
     if found is None:
         return None
@@ -743,8 +749,8 @@ def _best_shares(words: set[str], lines: list[SourceLine], first: dict[str, str]
     best: dict[str, tuple[float, list[str]]] = {}
     for speaker, content, _ in lines:
         key = _speaker_key(speaker)
-        whole = not _CAPTION.search(content)
-        if about_self and speaks_of(content, words, set(first), whole_on_tie=whole) == "listener":
+        if about_self and speaks_of(content, words, set(first),
+                                    whole_on_tie=not _CAPTION.search(content)) == "listener":
             continue
         share = len(words & {_stem(w) for w in content_words(content, set(first))}) / len(words)
         top, tops = best.get(key, (-1.0, []))
