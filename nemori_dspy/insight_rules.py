@@ -47,7 +47,8 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "reattribute_sentences", "RESTATEMENT_MIN_WORDS", "drop_restatements", "speaks_in_first_person",
            "speaks_to_listener", "is_picture_reaction",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
-           "is_pleasantry", "PREDICTION_ECHO_OVERLAP", "restates_prediction"]
+           "is_pleasantry", "PREDICTION_ECHO_OVERLAP", "restates_prediction", "pronoun_of", "pronoun_votes",
+           "agree_pronouns"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -873,6 +874,66 @@ def redate(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
     return out, out != insight
 
 
+# ------------------------------------------------------------------------------------------------ pronouns
+#: third-person singular pronouns, by the person they refer to
+_PRONOUNS = {"he": frozenset({"he", "him", "his", "himself"}), "she": frozenset({"she", "her", "hers", "herself"})}
+_PRONOUN_WORD = re.compile(r"\b(he|him|his|himself|she|her|hers|herself)\b", re.IGNORECASE)
+_SWAP = {"he": "she", "him": "her", "his": "her", "himself": "herself", "she": "he", "hers": "his",
+         "herself": "himself"}
+#: words after which "her" is an object ("helped her with …" → "him"), not a possessive ("her dogs" → "his")
+_AFTER_OBJECT = frozenset("a an the to and or but with for in on at about that this these those up out off back so too "
+                          "as from by into over again when while because if feel feels know knows".split())
+
+
+def pronoun_of(text: str) -> str | None:
+    """``"he"`` or ``"she"`` when ``text``'s third-person singular pronouns are all of that one set ("… his dogs" →
+    "he"), None when it has none or both."""
+    found = {key for key, words in _PRONOUNS.items() for w in _lower_words(text) if w.split("'")[0] in words}
+    return found.pop() if len(found) == 1 else None
+
+
+def pronoun_votes(texts: Iterable[str], lines: list[SourceLine]) -> dict[str, str]:
+    """How the model's own sentences refer to each speaker of ``lines``: case-folded first name → ``"he"`` /
+    ``"she"``, from every sentence of ``texts`` naming exactly one speaker and using one pronoun set ("Andrew got
+    tattoos of his dogs." → andrew: he). A speaker referred to both ways, or never, is absent."""
+    speakers, seen = set(_first_names(lines)), {}
+    for text in texts:
+        for sentence in split_sentences(text):
+            named, said = people_named(sentence, speakers), pronoun_of(sentence)
+            if len(named) == 1 and said:
+                seen.setdefault(next(iter(named)), set()).add(said)
+    return {name: next(iter(kinds)) for name, kinds in seen.items() if len(kinds) == 1}
+
+
+def _swapped_pronoun(m: re.Match) -> str:
+    word, rest = m.group(0), m.string[m.end():]
+    low = word.casefold()
+    if low == "her":
+        after = _WORDS.findall(rest[:40].casefold())
+        new = "him" if not after or not rest.startswith(" ") or after[0] in _AFTER_OBJECT else "his"
+    else:
+        new = _SWAP[low]
+    return new.capitalize() if word[0].isupper() else new
+
+
+def agree_pronouns(before: str, after: str, votes: dict[str, str], lines: list[SourceLine]) -> str:
+    """``after`` (``before`` with one speaker's name replaced by another's, ``reattribute``) with its third-person
+    singular pronouns switched to the new speaker's, when ``before``'s pronouns are the old speaker's and
+    ``votes`` (``pronoun_votes``) knows both speakers' as different: "Audrey got tattoos of his dogs on his arm." →
+    "… of her dogs on her arm." ("her" is "his" before a noun and "him" before a preposition, an article or the
+    sentence's end). Unchanged when either speaker's pronouns are unknown, the text mixes pronoun sets, or the
+    names were swapped both ways ("A told B" put right as "B told A"). ``lines``: the episode's messages."""
+    speakers = set(_first_names(lines))
+    old, new = people_named(before, speakers) - people_named(after, speakers), \
+        people_named(after, speakers) - people_named(before, speakers)
+    if len(old) != 1 or len(new) != 1:
+        return after
+    said, was, now = pronoun_of(after), votes.get(next(iter(old))), votes.get(next(iter(new)))
+    if said is None or said != was or now is None or now == said:
+        return after
+    return _PRONOUN_WORD.sub(_swapped_pronoun, after)
+
+
 def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]:
     """``(text, moved)``: a narrative with each sentence that credits the wrong speaker (``misattributed_to``, judged
     sentence by sentence against the episode's messages ``lines``) put right, and how many sentences moved. A
@@ -882,8 +943,11 @@ def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]
     first-person rule runs here (``misattributed_to(..., second_person=False)``)."""
     flat = " ".join(text.split())
     moved = 0
+    votes = pronoun_votes([flat], lines)
     for sentence in split_sentences(flat):
         fixed, changed = reattribute(sentence, lines, second_person=False)
+        if changed:
+            fixed = agree_pronouns(sentence, fixed, votes, lines)
         if changed and sentence in flat:
             flat = flat.replace(sentence, fixed, 1)
             moved += 1

@@ -779,3 +779,51 @@ def test_a_close_paraphrase_of_the_other_speakers_own_line_moves_to_them():
     assert misattributed_to("Melanie is off to go swimming with the kids.", GOODBYES) is None
     from nemori_dspy.insight_rules import reattribute_sentences
     assert reattribute_sentences("Melanie is off to go research.", GOODBYES)[1] == 0  # facts only, not narratives
+
+
+# ------------------------------------------------------------------------------------------------ pronouns
+from nemori_dspy.insight_rules import agree_pronouns, pronoun_of, pronoun_votes  # noqa: E402
+
+DOGS = [
+    ("Audrey", "I got new collars and tags for my dogs, so cute!", "2023-04-02"),
+    ("Andrew", "Nice! I went hiking near the lake, I feel connected when I'm there.", "2023-04-02"),
+]
+
+
+def test_pronoun_of_reads_one_pronoun_set_or_none():
+    assert pronoun_of("Andrew got tattoos of his dogs.") == "he"
+    assert pronoun_of("She says she's there.") == "she"
+    assert pronoun_of("Andrew told her about his dogs.") is None
+    assert pronoun_of("Andrew went hiking.") is None
+
+
+def test_pronoun_votes_read_how_the_model_refers_to_each_speaker():
+    votes = pronoun_votes(["Andrew got tattoos of his dogs. Audrey says she feels calm.",
+                           "Andrew told Audrey about her dogs."], DOGS)                     # names both: no vote
+    assert votes == {"andrew": "he", "audrey": "she"}
+    assert pronoun_votes(["Andrew likes his dogs.", "Andrew says she is kind."], DOGS) == {}  # both ways: absent
+
+
+def test_a_fact_moved_to_the_other_speaker_takes_their_pronouns():
+    votes = {"andrew": "he", "audrey": "she"}
+    assert agree_pronouns("Andrew got new collars for his dogs, which suit him.",
+                          "Audrey got new collars for his dogs, which suit him.", votes, DOGS) == \
+        "Audrey got new collars for her dogs, which suit her."
+    assert agree_pronouns("Audrey mentions that she feels connected when she's there.",
+                          "Andrew mentions that she feels connected when she's there.", votes, DOGS) == \
+        "Andrew mentions that he feels connected when he's there."
+    same = {"andrew": "he", "audrey": "he"}
+    assert agree_pronouns("Andrew got his dogs.", "Audrey got his dogs.", same, DOGS) == "Audrey got his dogs."
+    assert agree_pronouns("Andrew got his dogs.", "Audrey got his dogs.", {"andrew": "he"}, DOGS) == \
+        "Audrey got his dogs."                                                  # the new speaker's unknown
+    assert agree_pronouns("Andrew told Audrey about his dogs.", "Audrey told Andrew about his dogs.", votes,
+                          DOGS) == "Audrey told Andrew about his dogs."         # swapped both ways: left alone
+
+
+def test_clean_insights_moves_a_fact_with_its_pronouns():
+    from nemori_dspy.modules.semantic import clean_insights
+    rendered = "[2023-04-02 10:00]\nAudrey: I got new collars and tags for my dogs, so cute!\n" \
+               "[2023-04-02 10:01]\nAndrew: Nice! I went hiking near the lake, I feel connected when I'm there."
+    kept = clean_insights(["Andrew got new collars and tags for his dogs.", "Audrey says she loves her dogs."],
+                          rendered)
+    assert "Audrey got new collars and tags for her dogs." in kept

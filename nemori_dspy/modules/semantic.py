@@ -18,8 +18,9 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (FIRST_PERSON, SourceLine, dated_message_lines, demo_texts, echoes_demo, mask_people,
-                             no_subject, people_named, redate, restates_prediction, rule_insight, source_lines,
+from ..insight_rules import (FIRST_PERSON, SourceLine, agree_pronouns, dated_message_lines, demo_texts, echoes_demo, mask_people,
+                             no_subject, people_named, pronoun_votes, redate, restates_prediction, rule_insight,
+                             source_lines,
                              word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
@@ -139,7 +140,9 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
        becomes an attributed fact (``Sam said on 2023-09-15: “I quit the bakery.”``), ``insights_attributed``; one
        speaking in the first person that matches none → ``insights_dropped.first_person``; a
        statement crediting one speaker with what another said of themselves gets the right name
-       (``insight_rules.reattribute``), ``insights_reattributed``;
+       (``insight_rules.reattribute``), ``insights_reattributed``, and that speaker's pronouns where the reply and
+       the prediction show both speakers' (``insight_rules.agree_pronouns``: "Andrew got tattoos of his dogs" →
+       "Audrey got tattoos of her dogs");
     4. a fact with no predicate (``junk.is_fragment``: ``"reading"``, ``"but when I look after myself"``) →
        ``insights_dropped.fragment``;
     5. with messages, a fact opening with a bare pronoun that names no speaker (``no_subject``: "They share
@@ -158,12 +161,15 @@ def clean_insights(raw: object, messages: str = "", source: Sequence[StoredMessa
     items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
     lines = dated_message_lines(messages) if messages else []
     lines += source_lines(source) if source else []
+    votes = pronoun_votes([str(x) for x in items if x is not None] + [predicted], lines)
     out: list[str] = []
     for x in items:
         t = str(x).strip().lstrip("-•* ").strip() if x is not None else ""
         if not t or not normalise_fact(t):
             continue
         fact, reason = _rule(t, lines, demos)
+        if reason == "reattributed" and fact is not None:
+            fact = agree_pronouns(t, fact, votes, lines)
         if fact is None:
             if reason is not None:
                 tally(f"insights_dropped.{reason}" if reason != "noise" else "noise_insights_dropped")
