@@ -11,11 +11,15 @@ valset)`` runs the teleprompter dspy 3.4 ships under that name:
 | ``gepa`` | ``GEPA`` | ``auto`` or ``max_metric_calls`` | ``reflection_lm`` |
 | ``simba`` | ``SIMBA`` | ``num_trials`` = steps (``auto``: light 4, medium 8, heavy 12), demos | ``prompt_model`` |
 
-So a small student can be taught by a larger model: pass the larger one as ``prompt_model``.
+So a small student can be taught by a larger model: pass the larger one as ``prompt_model``. A proposed
+instruction that talks about prompting instead of doing the task (``is_meta_instruction``) is never tried by MIPROv2
+(``GuardedMIPROv2``) and never kept by any optimizer (``keep_task_instructions``).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -25,7 +29,55 @@ from pydantic import BaseModel, Field
 from nemori_dspy.eval.metrics import mean_ci95
 from nemori_dspy.optimizers.names import OPTIMIZERS
 
-__all__ = ["OPTIMIZERS", "check_available", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program", "DevScore"]
+__all__ = ["OPTIMIZERS", "check_available", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program",
+           "DevScore", "is_meta_instruction", "GuardedMIPROv2", "keep_task_instructions"]
+
+log = logging.getLogger(__name__)
+
+#: words of an instruction about writing prompts, not about the task: the 1.5B proposer's "Create a new instruction
+#: that will prompt the Language Model to solve the given task efficiently and effectively." (MIPROv2 selected it
+#: for P_ans on dev, 2026-12-07) and the tuning issue's "To prompt a Language Model to answer questions … use the
+#: instruction `Answer a question …`". No signature of ours says any of them.
+_META_INSTRUCTION = re.compile(
+    r"\b(language models?|new instructions?|(the|this|an|following|given) instructions?\b|prompt (the|a|an) "
+    r"(language )?model)\b", re.IGNORECASE)
+
+
+def is_meta_instruction(text: str) -> bool:
+    """True if a proposed instruction speaks about prompting a model ("Create a new instruction that will prompt the
+    Language Model to …") instead of telling the model the task; such a text is never kept as a stage's instruction."""
+    return bool(_META_INSTRUCTION.search(text or ""))
+
+
+class GuardedMIPROv2(dspy.MIPROv2):
+    """``dspy.MIPROv2`` that drops meta-instructions (``is_meta_instruction``) from the proposed candidates before its
+    search, so a trial is never spent on one and the search cannot select one; the program's own instruction
+    (candidate 0) always stays. ``refused`` counts the proposals dropped."""
+
+    refused: int = 0
+
+    def _propose_instructions(self, program: Any, *args: Any, **kwargs: Any) -> dict[int, list[str]]:
+        candidates = super()._propose_instructions(program, *args, **kwargs)
+        for i, texts in candidates.items():
+            kept = [t for j, t in enumerate(texts) if j == 0 or not is_meta_instruction(t)]
+            for t in texts:
+                if t not in kept:
+                    log.warning("MIPROv2 proposal refused (speaks about prompting, not the task): %r", t[:200])
+            self.refused += len(texts) - len(kept)
+            candidates[i] = kept
+        return candidates
+
+
+def keep_task_instructions(compiled: dspy.Module, original: dspy.Module) -> list[str]:
+    """Give back each of ``compiled``'s predictors whose tuned instruction is a meta-instruction
+    (``is_meta_instruction``) its instruction in ``original`` (demos kept); returns the predictors' names."""
+    before = dict(original.named_predictors())
+    restored = []
+    for name, pred in compiled.named_predictors():
+        if name in before and is_meta_instruction(pred.signature.instructions):
+            pred.signature = pred.signature.with_instructions(before[name].signature.instructions)
+            restored.append(name)
+    return restored
 
 _SIMBA_STEPS = {"light": 4, "medium": 8, "heavy": 12}
 
@@ -109,7 +161,7 @@ def make_optimizer(name: str, metric: Metric, budget: Budget | None = None, prom
         return Tuner(name, dspy.LabeledFewShot(k=b.max_labeled_demos, **kw))
     if name == "mipro":
         auto = None if b.num_trials else (b.auto or "light")
-        tp = dspy.MIPROv2(metric, prompt_model=prompt_model, auto=auto,
+        tp = GuardedMIPROv2(metric, prompt_model=prompt_model, auto=auto,
                           num_candidates=(b.num_candidates or 3) if auto is None else None,
                           num_threads=b.num_threads, max_bootstrapped_demos=b.max_bootstrapped_demos,
                           max_labeled_demos=b.max_labeled_demos, seed=b.seed, verbose=False, **kw)

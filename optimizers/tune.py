@@ -34,7 +34,7 @@ from nemori_dspy.optimizers.answer import AnswerProgram, locomo_answer_examples
 from nemori_dspy.optimizers.datasets import (check_split, consolidate_examples, distill_examples, narrate_examples,
                                              narrate_session_examples)
 from nemori_dspy.optimizers.metrics import STAGE_METRICS, end_to_end_metric
-from nemori_dspy.optimizers.optimize import Budget, DevScore, make_optimizer, score_program
+from nemori_dspy.optimizers.optimize import Budget, DevScore, keep_task_instructions, make_optimizer, score_program
 from nemori_dspy.optimizers.programs import (ConsolidateProgram, DistillProgram, EndToEndProgram, NarrateProgram,
                                              StageProgram, end_to_end_questions)
 from nemori_dspy.recording import StageRecord, read_records
@@ -351,6 +351,11 @@ def _optimize_stage(stage: str, memory: Memory, records_path: Path, opts: Optimi
     tuner = make_optimizer(opts.optimizer, metric, opts.budget, prompt_model=opts.reflection_lm,
                            **({"log_dir": str(opts.out_dir / f"gepa-{stage}")} if opts.optimizer == "gepa" else {}))
     compiled = tuner.compile(program, train, valset=dev)  # MIPROv2 / GEPA select on dev; test stays unseen
+    refused = getattr(tuner.teleprompter, "refused", 0)
+    if refused:
+        _say(opts, f"[{stage}] {refused} proposed instruction(s) refused: they speak about prompting, not the task")
+    for name in keep_task_instructions(compiled, program):
+        _say(opts, f"[{stage}] {name}: the tuned instruction speaks about prompting, not the task; the default kept")
     after = score_program(compiled, dev, metric, opts.budget.num_threads)
     test_after = score_program(compiled, test, metric, opts.budget.num_threads) if test else None
     _say(opts, f"[{stage}] dev after:  {after.cell()}" + (f"; test after: {test_after.cell()}" if test_after else ""))
