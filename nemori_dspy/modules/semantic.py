@@ -18,10 +18,9 @@ import numpy as np
 
 from ..errors import LLMError
 from ..formatting import render_entries, render_fact, render_insight_candidates, render_messages, strip_fact_date
-from ..insight_rules import (FIRST_PERSON, SourceLine, agree_pronouns, dated_message_lines, demo_texts, echoes_demo, mask_people,
-                             no_subject, people_named, pronoun_votes, redate, restates_prediction, rule_insight,
-                             source_lines,
-                             word_key)
+from ..insight_rules import (FIRST_PERSON, SourceLine, agree_pronouns, dated_message_lines, demo_texts, echoes_demo,
+                             mask_people, no_subject, people_named, pronoun_votes, redate, restates_prediction,
+                             rule_insight, source_lines, word_key)
 from ..junk import is_fragment, junk_reason
 from ..noise import is_noise_insight, strip_noise
 from ..recording import stage_meta
