@@ -53,8 +53,9 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: praise no sign a plan is theirs, "<A>'s … photo" of B's picture put right; 18: a sentence holding three words of a
 #: demo sentence that no message holds is a demo echo; 19: "took care of <Name>", "gave <Name> a shout" and "says
 #: he'll let her know" are pleasantries, "takes care of her dogs" no longer one; 20: a fact closely paraphrasing the
-#: other speaker's own line moved to them; 21: a fact moved to the other speaker takes their pronouns), so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 21
+#: other speaker's own line moved to them; 21: a fact moved to the other speaker takes their pronouns; 22: a narrative sentence opening with "He"/"She" that
+#: credits the wrong speaker gets the right one's name), so memories built by older code are never reused as if they were current.
+MEMORY_FORMAT = 22
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

@@ -944,14 +944,47 @@ def reattribute_sentences(text: str, lines: list[SourceLine]) -> tuple[str, int]
     flat = " ".join(text.split())
     moved = 0
     votes = pronoun_votes([flat], lines)
+    previous = ""
     for sentence in split_sentences(flat):
         fixed, changed = reattribute(sentence, lines, second_person=False)
         if changed:
             fixed = agree_pronouns(sentence, fixed, votes, lines)
+        else:
+            fixed, changed = _pronoun_subject_put_right(sentence, previous, lines, votes)
         if changed and sentence in flat:
             flat = flat.replace(sentence, fixed, 1)
             moved += 1
+        previous = fixed
     return (flat, moved) if moved else (text, 0)
+
+
+_OPENING_PRONOUN = re.compile(r"^(He|She)\b")
+
+
+def _pronoun_subject_put_right(sentence: str, previous: str, lines: list[SourceLine], votes: dict[str, str]
+                               ) -> tuple[str, bool]:
+    """``(sentence, changed)``: a narrative sentence opening with "He"/"She" and naming no speaker, read with the
+    previous sentence's first-named speaker as its subject; when that reading credits the wrong speaker
+    (``reattribute``), the pronoun becomes the right speaker's name: "Melanie asked what the group did for her. She
+    said it made her feel accepted …" (Caroline's "it made me feel accepted …") → "Caroline said it made her feel
+    accepted …"."""
+    speakers = set(_first_names(lines))
+    opening = _OPENING_PRONOUN.match(sentence)
+    subject = first_name_written(previous, speakers)
+    if opening is None or subject is None or people_named(sentence, speakers):
+        return sentence, False
+    rest = sentence[opening.end():]
+    if rest.startswith(("'s ", "’s ")):  # "He's considering …": "John is considering …", not "John's"
+        rest = (" has " if rest[3:].startswith(("been ", "got ")) else " is ") + rest[3:]
+    read = subject + rest
+    fixed, changed = reattribute(read, lines, second_person=False)
+    if not changed:
+        return sentence, False
+    fixed = agree_pronouns(read, fixed, votes, lines)
+    said, meant = pronoun_of(fixed), first_name_written(fixed, speakers)
+    if said is not None and (meant is None or votes.get(meant.casefold()) != said):
+        return sentence, False  # "Nate mentioned that she likes …": the pronouns left would point elsewhere
+    return fixed, True
 
 
 # ------------------------------------------------------------------------------------------------ demo echoes

@@ -827,3 +827,22 @@ def test_clean_insights_moves_a_fact_with_its_pronouns():
     kept = clean_insights(["Andrew got new collars and tags for his dogs.", "Audrey says she loves her dogs."],
                           rendered)
     assert "Audrey got new collars and tags for her dogs." in kept
+
+
+GROUP = [
+    ("Caroline", "I went to the support group, it made me feel accepted and gave me courage to embrace myself.", None),
+    ("Melanie", "That's great! What did the group do for you?", None),
+    ("Andrew", "I got new collars and tags for my dogs, so cute!", None),
+]
+
+
+def test_a_sentence_opening_with_he_or_she_gets_the_speaker_who_said_it():
+    from nemori_dspy.insight_rules import reattribute_sentences
+    narrative = ("Caroline went to her support group. Melanie asked what the group did for her. She said it made her "
+                 "feel accepted and gave her courage to embrace herself. Melanie smiled.")
+    fixed, moved = reattribute_sentences(narrative, GROUP[:2])
+    assert moved == 1 and "Caroline said it made her feel accepted and gave her courage" in fixed
+    assert "Melanie asked what the group did for her." in fixed
+    # the pronouns left would point at another person than the one now named: left alone
+    dogs = "Melanie asked about pets. She said she got new collars and tags for her dogs - so cute!"
+    assert reattribute_sentences(dogs, [GROUP[1], GROUP[2]]) == (dogs, 0)
