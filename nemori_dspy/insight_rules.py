@@ -877,7 +877,7 @@ def redate(insight: str, lines: list[SourceLine]) -> tuple[str, bool]:
 # ------------------------------------------------------------------------------------------------ pronouns
 #: third-person singular pronouns, by the person they refer to
 _PRONOUNS = {"he": frozenset({"he", "him", "his", "himself"}), "she": frozenset({"she", "her", "hers", "herself"})}
-_PRONOUN_WORD = re.compile(r"\b(he|him|his|himself|she|her|hers|herself)\b", re.IGNORECASE)
+_PRONOUN_WORD = re.compile(rf"\b({'|'.join(sorted(set().union(*_PRONOUNS.values())))})\b", re.IGNORECASE)
 _SWAP = {"he": "she", "him": "her", "his": "her", "himself": "herself", "she": "he", "hers": "his",
          "herself": "himself"}
 #: words after which "her" is an object ("helped her with …" → "him"), not a possessive ("her dogs" → "his")
@@ -968,10 +968,12 @@ def _pronoun_subject_put_right(sentence: str, previous: str, lines: list[SourceL
     (``reattribute``), the pronoun becomes the right speaker's name: "Melanie asked what the group did for her. She
     said it made her feel accepted …" (Caroline's "it made me feel accepted …") → "Caroline said it made her feel
     accepted …"."""
-    speakers = set(_first_names(lines))
     opening = _OPENING_PRONOUN.match(sentence)
+    if opening is None:
+        return sentence, False
+    speakers = set(_first_names(lines))
     subject = first_name_written(previous, speakers)
-    if opening is None or subject is None or people_named(sentence, speakers):
+    if subject is None or people_named(sentence, speakers):
         return sentence, False
     rest = sentence[opening.end():]
     if rest.startswith(("'s ", "’s ")):  # "He's considering …": "John is considering …", not "John's"
