@@ -24,7 +24,7 @@ __all__ = ["MEMORY_FORMAT", "CONSTRUCTION_FIELDS", "construction_key", "CachedMe
 
 #: settings that change what memory construction produces (answer-side knobs are left out on purpose).
 CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "gguf", "local_model_size",
-                       "local_memory_model", "n_ctx",
+                       "local_memory_model", "local_f16", "n_ctx",
                        "flash_attn", "association_max_gap_hours", "episode_split_gap_hours", "naive_timezone",
                        "embedder", "window_size", "association_top_k", "evoke_top_k", "evoke_threshold",
                        "consolidation_top_k", "consolidation_min_similarity", "distillation", "consolidation",

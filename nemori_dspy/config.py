@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .stages import DEFAULT_STAGE_MAX_TOKENS, MEMORY_WRITING_STAGES, STAGES
 
 __all__ = ["MEMORY_WRITING_STAGES", "NemoriSettings", "load_settings", "StageLM", "STAGES", "DEFAULT_CACHE_DIR", "DEFAULT_STAGE_MAX_TOKENS",
-           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "NOT_IN_PAPER", "ASSOCIATION_MIN_SIMILARITY", "CONSOLIDATION_MIN_SIMILARITY", "CONSOLIDATION_TOPIC_FLOOR", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold", "DISTILL_CHUNK_MESSAGES"]
+           "PARTITION_MIN_MESSAGES", "WINDOW_SIZE", "PARTITION_MESSAGE_CHARS", "ANSWER_CONTEXT_TOKENS", "PAPER_FAITHFUL", "NOT_IN_PAPER", "ASSOCIATION_MIN_SIMILARITY", "CONSOLIDATION_MIN_SIMILARITY", "CONSOLIDATION_TOPIC_FLOOR", "LOCAL_F16", "PAPER_EVOKE_THRESHOLD", "EVOKE_THRESHOLDS", "default_evoke_threshold", "DISTILL_CHUNK_MESSAGES"]
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nemori-dspy"
 
@@ -74,7 +74,7 @@ PAPER_FAITHFUL: dict[str, Any] = {
 NOT_IN_PAPER: frozenset[str] = frozenset({
     "model", "api_base", "api_key", "temperature", "seed", "max_tokens", "stage_lms", "predictor_classes",
     "judge_model", "judge_prompt", "judge_audit", "adapter", "cache", "num_retries", "parse_retries", "timeout_s",
-    "gguf", "models_dir", "local_model_size", "local_memory_model", "n_ctx", "n_threads", "flash_attn", "server_port", "embedder",
+    "gguf", "models_dir", "local_model_size", "local_memory_model", "local_f16", "n_ctx", "n_threads", "flash_attn", "server_port", "embedder",
     "embedder_path", "embedder_backend", "cache_dir", "store", "db_path", "weaviate_url", "locomo_path",
     "naive_timezone", "summary_max_chars", "max_message_chars", "max_prompt_chars", "api_token",
     "mlflow_tracking_uri", "mlflow_experiment", "mlflow_tracing", "serve_tracing",
@@ -99,6 +99,11 @@ CONSOLIDATION_TOPIC_FLOOR = 0.35
 #: unrelated sessions) and P_sel decides the rest; 0.70 keeps most continuations (``python -m
 #: benchmarks.association_guard``; figures in docs/decisions.md).
 ASSOCIATION_MIN_SIMILARITY = 0.70
+
+#: Default ``local_f16``: the embedded model sizes served from an F16 copy of their Q4_K_M GGUF. On this 2-core AVX-512
+#: machine the 0.5B prefills a 2,000-token prompt 1.33x faster from F16 and generates 0.89x as fast (it answers and
+#: partitions: long prompts, short replies); the 1.5B is slower from F16 on both (``python -m benchmarks.gguf_encoding``).
+LOCAL_F16 = ("0.5b",)
 
 #: Default w (``window_size``): the top of the paper's flat range (Table 11). With ``hold_open_segment`` a window
 #: ends at a time gap, so w only bounds one conversation's run, and 40 rarely cuts a LoCoMo session in two
@@ -196,6 +201,11 @@ class NemoriSettings(BaseSettings):
         "MEMORY_WRITING_STAGES (all construction stages but P_par), unless stage_lms names a model for one; it shares "
         "a server with a local judge of that size (the 0.5B model writes poor memory). "
         "None = the main model for every stage")
+    local_f16: list[Literal["0.5b", "1.5b"]] = Field(
+        default_factory=lambda: list(LOCAL_F16), description="embedded default GGUFs of these sizes are served "
+        "from an F16 copy of their Q4_K_M weights, written once beside the file (the same weights to fp16 rounding): "
+        "llama.cpp's CPU prefill of the 0.5B is ~1.3x faster from F16, the 1.5B's slower (python -m "
+        "benchmarks.gguf_encoding); [] = the Q4_K_M files as they are. JSON in the env: NEMORI_LOCAL_F16='[]'")
     n_ctx: int = Field(default=8192, gt=0, description="llama.cpp context length")
     n_threads: int = Field(default=2, gt=0, description="llama.cpp threads")
     flash_attn: bool = Field(default=True, description="embedded llama.cpp server: flash attention (--flash_attn); "

@@ -27,6 +27,7 @@ from .errors import ConfigError, ModelServerError
 __all__ = [
     "resolve_gguf",
     "default_gguf_name",
+    "f16_copy",
     "offline_models_dirs",
     "LlamaServer",
     "server_alias",
@@ -96,11 +97,13 @@ def resolve_gguf(settings: NemoriSettings) -> Path:
       2. ``settings.gguf`` as a path → must exist;
       3. ``qwen2.5-coder-{local_model_size}-instruct-q4_k_m.gguf`` in ``settings.models_dir``,
          ``$NEMORI_OFFLINE_MODELS``, ``~/.cache/nemori-offline-models``;
-      4. the same file from the Hub repo ``Qwen/Qwen2.5-Coder-{0.5B,1.5B}-Instruct-GGUF``.
+      4. the same file from the Hub repo ``Qwen/Qwen2.5-Coder-{0.5B,1.5B}-Instruct-GGUF``;
+      and for 3-4, when ``local_model_size`` is in ``settings.local_f16``, its F16 copy (:func:`f16_copy`).
 
     Raises:
         ConfigError: the given path does not exist, the ``hf:`` spec is malformed, or the
             download failed (e.g. no internet); the message says how to fix it.
+        ModelServerError: the F16 copy could not be written (see :func:`f16_copy`).
     """
     if settings.gguf:
         spec = settings.gguf.strip()
@@ -122,11 +125,53 @@ def resolve_gguf(settings: NemoriSettings) -> Path:
         return p.resolve()
 
     name = default_gguf_name(settings.local_model_size)
-    for d in offline_models_dirs(settings):
-        cand = d / name
-        if cand.is_file():
-            return cand.resolve()
-    return _hub_download(HUB_REPOS[settings.local_model_size], name)
+    found = next((d / name for d in offline_models_dirs(settings) if (d / name).is_file()), None)
+    path = found.resolve() if found else _hub_download(HUB_REPOS[settings.local_model_size], name)
+    if settings.local_model_size in settings.local_f16:
+        return f16_copy(path, fallback_dir=Path(settings.cache_dir).expanduser() / "models")
+    return path
+
+
+def f16_copy(src: Path, fallback_dir: Path | None = None) -> Path:
+    """The F16 copy of the GGUF ``src``: ``<stem>-f16.gguf`` beside it (or in ``fallback_dir`` when ``src``'s
+    folder is not writable), written once with llama.cpp's quantizer and reused after.
+
+    The copy holds ``src``'s weights dequantized and rounded to fp16 (Q4_K_M → F16: ~2x the bytes, the same model to
+    fp16 rounding). llama.cpp's CPU matrix kernels prefill the 0.5B faster from F16 (``NemoriSettings.local_f16``,
+    ``python -m benchmarks.gguf_encoding``). Written to a temporary name and renamed, so a crash or a second process
+    never leaves a half-written file under the final name.
+
+    Raises:
+        MissingExtraError: llama-cpp-python (the ``local`` extra) is not installed.
+        ModelServerError: llama.cpp's quantizer failed, or neither folder is writable; the message says how to
+            serve the file as it is.
+    """
+    out_dir = src.parent if os.access(src.parent, os.W_OK) else fallback_dir
+    if out_dir is None:
+        raise ModelServerError(f"cannot write the F16 copy of {src}: its folder is not writable. "
+                               "Fix: set NEMORI_LOCAL_F16='[]' to serve the file as it is, or copy it somewhere writable.")
+    out = out_dir / f"{src.stem}-f16.gguf"
+    if out.is_file() and out.stat().st_size > 0:
+        return out
+    from .extras import require
+
+    llama_cpp = require("llama_cpp", "the embedded model's F16 copy (local_f16)", "local")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}-", suffix=".part", dir=out_dir)
+    os.close(fd)
+    try:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_MOSTLY_F16, True
+        params.nthread = os.cpu_count() or 1
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), params)
+        if rc != 0:
+            raise ModelServerError(f"llama.cpp could not write the F16 copy of {src} (llama_model_quantize returned "
+                                   f"{rc}). Fix: set NEMORI_LOCAL_F16='[]' to serve the file as it is.")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
 
 
 #: RAM for the server's prompt-state cache (``local_prompt_cache``): llama-cpp-python evicts the oldest states

@@ -1,12 +1,13 @@
-"""Local llama.cpp server: GGUF resolution errors, and (opt-in, ``-m live``) a real completion."""
+"""Local llama.cpp server: GGUF resolution and its errors, the F16 copy, and (opt-in, ``-m live``) a real completion."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 
 from nemori_dspy.config import NemoriSettings
-from nemori_dspy.errors import ConfigError
+from nemori_dspy.errors import ConfigError, ModelServerError
 from nemori_dspy.local_server import LlamaServer, default_gguf_name, offline_models_dirs, resolve_gguf, server_alias
 
 
@@ -119,3 +120,72 @@ def test_each_gguf_gets_its_own_model_name(tmp_path):
     assert small.model == "openai/local-qwen2.5-coder-0.5b-instruct-q4_k_m"
     assert big.model == "openai/local-qwen2.5-coder-1.5b-instruct-q4_k_m" != small.model
     assert server_alias("/x/my model!.gguf") == "local-my-model"
+
+
+def _fake_quantizer(monkeypatch, rc: int = 0):
+    """A stand-in for llama_cpp's quantizer: records its calls and writes 'F16' to the output path."""
+    import types
+
+    import nemori_dspy.extras as extras
+
+    calls = []
+
+    def quantize(src, dst, params):
+        calls.append((src.decode(), dst.decode(), params.ftype, params.allow_requantize))
+        if rc == 0:
+            Path(dst.decode()).write_bytes(b"F16")
+        return rc
+
+    fake = types.SimpleNamespace(llama_model_quantize_default_params=lambda: types.SimpleNamespace(),
+                                 llama_model_quantize=quantize, LLAMA_FTYPE_MOSTLY_F16=1)
+    monkeypatch.setattr(extras, "require", lambda module, *a, **kw: fake)
+    return calls
+
+
+def test_resolve_gguf_serves_the_f16_copy_of_a_local_f16_size_written_once(tmp_path, monkeypatch):
+    f = tmp_path / default_gguf_name("0.5b")
+    f.write_bytes(b"GGUF")
+    calls = _fake_quantizer(monkeypatch)
+    s = NemoriSettings(models_dir=tmp_path, local_model_size="0.5b", _env_file=None)
+    assert s.local_f16 == ["0.5b"]
+    out = resolve_gguf(s)
+    assert out == tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m-f16.gguf" and out.read_bytes() == b"F16"
+    assert calls == [(str(f.resolve()), calls[0][1], 1, True)] and calls[0][1].endswith(".part")
+    assert resolve_gguf(s) == out and len(calls) == 1  # reused, not written again
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f.name, out.name])  # no temporary file left
+    assert server_alias(out) == "local-qwen2.5-coder-0.5b-instruct-q4_k_m-f16"
+
+
+def test_resolve_gguf_without_local_f16_serves_the_file_as_it_is(tmp_path, monkeypatch):
+    f = tmp_path / default_gguf_name("0.5b")
+    f.write_bytes(b"GGUF")
+    calls = _fake_quantizer(monkeypatch)
+    assert resolve_gguf(NemoriSettings(models_dir=tmp_path, local_f16=[], _env_file=None)) == f.resolve()
+    monkeypatch.setenv("NEMORI_LOCAL_F16", "[]")
+    assert resolve_gguf(NemoriSettings(models_dir=tmp_path, _env_file=None)) == f.resolve()
+    assert calls == []
+
+
+def test_f16_copy_failure_says_how_to_serve_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+    from nemori_dspy.local_server import f16_copy
+
+    f = tmp_path / default_gguf_name("0.5b")
+    f.write_bytes(b"GGUF")
+    _fake_quantizer(monkeypatch, rc=1)
+    with pytest.raises(ModelServerError, match="NEMORI_LOCAL_F16='\\[\\]'"):
+        f16_copy(f)
+    assert [p.name for p in tmp_path.iterdir()] == [f.name]
+
+
+def test_f16_copy_goes_to_the_fallback_folder_when_the_model_folder_is_read_only(tmp_path, monkeypatch):
+    import nemori_dspy.local_server as ls
+
+    f = tmp_path / "ro" / default_gguf_name("0.5b")
+    f.parent.mkdir()
+    f.write_bytes(b"GGUF")
+    _fake_quantizer(monkeypatch)
+    monkeypatch.setattr(ls.os, "access", lambda path, mode: Path(path) != f.parent)
+    out = ls.f16_copy(f, fallback_dir=tmp_path / "cache" / "models")
+    assert out == tmp_path / "cache" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m-f16.gguf" and out.is_file()
+    with pytest.raises(ModelServerError, match="not writable"):
+        ls.f16_copy(f)
