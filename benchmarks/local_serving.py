@@ -76,14 +76,19 @@ def stage_messages(stage: str, seed: int, adapter: Any) -> list[dict[str, Any]]:
     return adapter.format(SIGNATURES[stage], [], typical_inputs(stage, seed))
 
 
-def _call(client: httpx.Client, base: str, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, float]:
+def _call(client: httpx.Client, base: str, messages: list[dict[str, Any]], max_tokens: int,
+          with_text: bool = False) -> dict[str, Any]:
+    """One chat completion at temperature 0: seconds, prompt and completion tokens (and the reply, ``with_text``)."""
     t0 = time.perf_counter()
     r = client.post(f"{base}/chat/completions", json={"model": "local", "messages": messages, "temperature": 0.0,
                                                       "max_tokens": max_tokens, "seed": 0})
     r.raise_for_status()
     seconds = time.perf_counter() - t0
     u = r.json()["usage"]
-    return {"seconds": seconds, "prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"]}
+    out = {"seconds": seconds, "prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"]}
+    if with_text:
+        out["text"] = r.json()["choices"][0]["message"]["content"]
+    return out
 
 
 def _figures(calls: list[dict[str, float]]) -> dict[str, float]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -167,6 +168,7 @@ def f16_copy(src: Path, fallback_dir: Path | None = None) -> Path:
         if rc != 0:
             raise ModelServerError(f"llama.cpp could not write the F16 copy of {src} (llama_model_quantize returned "
                                    f"{rc}). Fix: set NEMORI_LOCAL_F16='[]' to serve the file as it is.")
+        shutil.copymode(src, tmp)  # mkstemp made it private; readable as the source is
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import answer_throughput, framework_overhead, local_serving, parallel_construction, query_embedding
+from benchmarks import answer_throughput, framework_overhead, gguf_encoding, local_serving, parallel_construction, query_embedding
 from nemori_dspy.embedders import find_minilm_dir, find_minilm_onnx_dir
 
 _MINILM = find_minilm_dir(None)
@@ -84,6 +84,23 @@ def test_local_serving_toy(tmp_path, capsys):
         assert f[stage]["no_reuse"]["prompt_tokens"] > 100 and f[stage]["prefix_reuse"]["completion_tokens"] >= 1
     assert "prefix reuse" in capsys.readouterr().out
     assert _result(tmp_path, "local_serving")["narrate"]
+
+
+def test_gguf_encoding_rows_give_the_speed_ratio_and_same_replies():
+    def calls(seconds, texts):
+        return [{"seconds": s, "prompt_tokens": 2000, "completion_tokens": 10, "text": t} for s, t in zip(seconds, texts)]
+
+    f = {"0.5b": {"q4_k_m": {"stages": {"answer": calls([16.0, 14.0], ["a", "b"])}},
+                  "f16": {"stages": {"answer": calls([12.0, 10.0], ["a", "c"])}}}}
+    assert gguf_encoding._rows(f, ["answer"]) == [["0.5b", "answer", "2000", "10", "15.00", "11.00", "1.36", "1/2"]]
+
+
+@pytest.mark.live
+def test_gguf_encoding_toy(tmp_path, capsys):
+    f = gguf_encoding.main(["--sizes", "0.5b", "--stages", "answer", "--repeats", "1", "--max-tokens", "4",
+                            "--out-dir", str(tmp_path)])
+    assert f["0.5b"]["f16"]["gguf"].endswith("-f16.gguf") and f["0.5b"]["q4_k_m"]["stages"]["answer"][0]["seconds"] > 0
+    assert "Q4_K_M / F16" in capsys.readouterr().out
 
 
 def test_help_description_is_the_docstrings_whole_first_paragraph():
