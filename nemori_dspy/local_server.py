@@ -11,6 +11,7 @@ imported when a download is actually needed.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shutil
@@ -158,8 +159,13 @@ def f16_copy(src: Path, fallback_dir: Path | None = None) -> Path:
 
     llama_cpp = require("llama_cpp", "the embedded model's F16 copy (local_f16)", "local")
     out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"nemori: writing {out} (the F16 copy of {src.name}, once; NEMORI_LOCAL_F16='[]' serves the file as it is)",
+          file=sys.stderr)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}-", suffix=".part", dir=out_dir)
     os.close(fd)
+    llama_log = logging.getLogger("llama-cpp-python")  # llama.cpp's log callback prints below this logger's level
+    level = llama_log.level
+    llama_log.setLevel(logging.ERROR)  # not a line per tensor
     try:
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_MOSTLY_F16, True
@@ -171,6 +177,7 @@ def f16_copy(src: Path, fallback_dir: Path | None = None) -> Path:
         shutil.copymode(src, tmp)  # mkstemp made it private; readable as the source is
         os.replace(tmp, out)
     finally:
+        llama_log.setLevel(level)
         if os.path.exists(tmp):
             os.unlink(tmp)
     return out
