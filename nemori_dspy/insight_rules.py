@@ -48,7 +48,7 @@ __all__ = ["COPY_RATIO", "CHAT_MATCH_RATIO", "ATTRIBUTED_QUOTE_CHARS", "SOCIAL_W
            "speaks_to_listener", "is_picture_reaction",
            "quote_first_person", "strip_address", "copied_passage", "no_subject", "word_key", "speaks_of",
            "is_pleasantry", "PREDICTION_ECHO_OVERLAP", "restates_prediction", "pronoun_of", "pronoun_votes",
-           "agree_pronouns"]
+           "agree_pronouns", "attribute_captions"]
 
 #: difflib ratio at or above which an insight is a copy of a message: a copy with a date resolved
 #: ("yesterday" → "on 7 May 2023 (yesterday)") or a name expanded still scores > 0.9, while a fact
@@ -679,6 +679,35 @@ _SHARE_VERB = (r"\b{who}(?:'s|’s)?\s+(?:also\s+|then\s+|\w+ly\s+)?"
 _SHARING = _SHARE_VERB + r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 #: "<who>'s living room photo": a picture called the person's (``_shows`` reads it as "<who> shared a photo").
 _OWNED_PICTURE = r"\b{who}(?:'s|’s)\s+(?:[\w-]+\s+){{0,4}}?(?:image|photo|picture|pic|photograph|snapshot)s?\b"
+
+
+def attribute_captions(text: str, lines: list[SourceLine]) -> tuple[str, int]:
+    """``text`` (a narrative) with every bare ``[shares an image: X]`` tag, the chat's image mark copied into the
+    prose ("… felt hopeful. [shares an image: a sign for a new arrival] On 25 May …"), taken out and told after the
+    sentence it stood in as one naming whose picture it is: "Caroline shared an image: a sign for a new arrival."
+    The sharer is the speaker of the first of ``lines`` (``(speaker, content, date)``) whose content holds that exact
+    tag; a tag no message holds is dropped.
+
+    Returns:
+        (the text, how many tags were moved or dropped); ``(text, 0)`` when it holds no tag.
+    """
+    n = 0
+    while m := _CAPTION.search(text):
+        n += 1
+        before, after = text[:m.start()].rstrip(), text[m.end():].lstrip()
+        speaker = next((sp for sp, content, _ in lines if m.group(0) in content), None)
+        if speaker is None:
+            text = f"{before} {after}".strip()
+            continue
+        told = f"{speaker} shared an image: {m.group(1).strip().rstrip('.!?')}."
+        if not before or before.endswith((".", "!", "?")):
+            text = " ".join(p for p in (before, told, after) if p)
+            continue
+        end = re.search(r"[.!?](?=\s|$)", after)
+        cut = end.end() if end else len(after)
+        sentence = f"{before} {after[:cut]}".strip()
+        text = " ".join(p for p in (sentence if end else f"{sentence}.", told, after[cut:].strip()) if p)
+    return (re.sub(r"\s+([.,;:!?])", r"\1", text), n) if n else (text, 0)
 
 
 def _shows(insight: str, who: str, content: str, words: set[str], names: set[str]) -> bool:

@@ -846,3 +846,30 @@ def test_a_sentence_opening_with_he_or_she_gets_the_speaker_who_said_it():
     # the pronouns left would point at another person than the one now named: left alone
     dogs = "Melanie asked about pets. She said she got new collars and tags for her dogs - so cute!"
     assert reattribute_sentences(dogs, [GROUP[1], GROUP[2]]) == (dogs, 0)
+
+
+from nemori_dspy.insight_rules import attribute_captions  # noqa: E402
+
+_CAPTION_LINES = [("Caroline", "It's a lot to take in. [shares an image: a photography of a sign for a new arrival]",
+                   "2023-05-25"), ("Melanie", "So sweet! [shares an image: a cat on a sofa]", "2023-05-25")]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # the main job's session-2 narrative at MEMORY_FORMAT 22: the chat's image mark glued between two sentences
+    ("Caroline felt hopeful. [shares an image: a photography of a sign for a new arrival] On 25 May 2023 she chose.",
+     "Caroline felt hopeful. Caroline shared an image: a photography of a sign for a new arrival. On 25 May 2023 she "
+     "chose."),
+    # inside a sentence: told after that sentence ends
+    ("She liked it [shares an image: a cat on a sofa] and laughed. Then they left.",
+     "She liked it and laughed. Melanie shared an image: a cat on a sofa. Then they left."),
+    ("Melanie liked it [shares an image: a cat on a sofa]", "Melanie liked it. Melanie shared an image: a cat on a sofa."),
+    # a tag no message holds is dropped
+    ("They talked. [shares an image: a red car] Then they left.", "They talked. Then they left."),
+])
+def test_attribute_captions_tells_whose_picture_a_copied_image_mark_is(text, expected):
+    assert attribute_captions(text, _CAPTION_LINES) == (expected, 1)
+
+
+def test_attribute_captions_leaves_a_text_without_a_tag_as_it_is():
+    text = "Caroline shared an image of a sign for a new arrival [sic]."
+    assert attribute_captions(text, _CAPTION_LINES) == (text, 0)

@@ -15,7 +15,7 @@ import dspy
 import numpy as np
 
 from ..errors import LLMError
-from ..insight_rules import (SourceLine, carries_no_fact, demo_texts, drop_demo_echoes, drop_restatements, echoes_demo,
+from ..insight_rules import (SourceLine, attribute_captions, carries_no_fact, demo_texts, drop_demo_echoes, drop_restatements, echoes_demo,
                              is_chat_line, is_demo_echo, quote_first_person, quote_text, reattribute,
                              reattribute_sentences, source_lines)
 from ..junk import drop_repeated_sentences, junk_reason
@@ -169,7 +169,9 @@ def _speakers_put_right(narrative: str, lines: list[SourceLine], counter: str) -
 
 def polish_narrative(narrative: str, lines: list[SourceLine], demos: tuple[str, ...] = ()) -> str:
     """What the pipeline does to every P_nar narrative before storing it, and the narrate optimizer's program to
-    every output it scores (one code path, so what is tuned is what runs): sentences a looping reply repeats are
+    every output it scores (one code path, so what is tuned is what runs): a ``[shares an image: …]`` tag copied
+    from the chat becomes a sentence naming whose picture it is (``insight_rules.attribute_captions``;
+    ``narrate_captions_attributed``); sentences a looping reply repeats are
     dropped (``junk.drop_repeated_sentences``; tallied ``narrate_repeats_dropped``), so are sentences saying nothing
     an earlier one did not (``insight_rules.drop_restatements``; ``narrate_restatements_dropped``) and sentences
     restating a seed demo, or one of the ``demos`` P_nar was shown, that the episode does not hold
@@ -186,6 +188,9 @@ def polish_narrative(narrative: str, lines: list[SourceLine], demos: tuple[str, 
     Returns:
         The narrative to store ("" stays "").
     """
+    narrative, captions = attribute_captions(narrative, lines)
+    if captions:
+        tally("narrate_captions_attributed", captions)
     narrative, repeats = drop_repeated_sentences(narrative)
     if repeats:
         tally("narrate_repeats_dropped", repeats)

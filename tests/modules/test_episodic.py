@@ -552,6 +552,24 @@ def test_a_narrative_restating_itself_or_copying_a_first_person_line_is_stored_t
     assert mem.usage.counters["narrate_first_person_quoted"] == 1
 
 
+def test_an_image_mark_copied_into_a_narrative_is_told_as_its_sharers_picture(tmp_path):
+    """The chat's ``[shares an image: …]`` mark glued into the prose becomes a sentence naming whose picture it is
+    (``narrate_captions_attributed``), as in the main job's session-2 narrative at MEMORY_FORMAT 22."""
+    msgs = TRIP[:2] + [{"speaker": "Gina", "content": "Wow! [shares an image: a cat on a sofa]",
+                        "timestamp": "2023-05-24T10:02:00"}]
+    narrative = "Jon told Gina about his trip to Paris. [shares an image: a cat on a sofa] Gina was amazed."
+    responders = default_responders()
+    responders["NarrateEpisode"] = lambda i: chat_reply(cue="Jon's trip to Paris", narrative=narrative)
+    with dspy.context(lm=ScriptedLM(responders), adapter=dspy.ChatAdapter()):
+        mem = Memory(SQLiteStore(tmp_path / "m.db"), HashingEmbedder(64), NemoriSettings())
+        mem.add_messages("u", msgs)
+        mem.flush("u")
+    (ep,) = mem.list_episodes("u")
+    assert ep.narrative == ("Jon told Gina about his trip to Paris. Gina shared an image: a cat on a sofa. "
+                            "Gina was amazed.")
+    assert mem.usage.counters["narrate_captions_attributed"] == 1
+
+
 # --- narrate_chunk_messages: P_nar on runs of an episode's messages
 def _one_episode_narrated(tmp_path, n, **settings):
     """``n`` messages P_par keeps as one episode; P_nar answers each call with the numbers of the messages it saw."""
