@@ -30,7 +30,8 @@ from nemori_dspy.eval.metrics import mean_ci95
 from nemori_dspy.optimizers.names import OPTIMIZERS
 
 __all__ = ["OPTIMIZERS", "check_available", "Budget", "Tuner", "make_optimizer", "compile_program", "score_program",
-           "DevScore", "is_meta_instruction", "GuardedMIPROv2", "keep_task_instructions"]
+           "DevScore", "is_meta_instruction", "GuardedMIPROv2", "keep_task_instructions", "summary_batch_size",
+           "SUMMARY_EXAMPLE_TOKENS", "SUMMARY_MIN_EXAMPLES"]
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,45 @@ def is_meta_instruction(text: str) -> bool:
     return bool(_META_INSTRUCTION.search(text or ""))
 
 
+#: Tokens of training examples MIPROv2's dataset summary may show its proposer in one call (``summary_batch_size``):
+#: room left in the embedded 1.5B's 8,192-token context for DSPy's instruction and the reply. Ten answer examples
+#: (each a ~2,000-token memory context) overflowed it ("Error getting data summary: ContextWindowExceededError").
+SUMMARY_EXAMPLE_TOKENS = 5000
+#: Fewest examples one dataset-summary call must show for ``GuardedMIPROv2`` to keep the summary on: with fewer, the
+#: summary reads every training example at the proposer's prefill speed (answer examples: 12 x ~2,200 tokens, some
+#: 6 min of the 1.5B here) to describe a dataset two at a time; it is turned off with a warning instead (DSPy
+#: proposed without it anyway once the call overflowed).
+SUMMARY_MIN_EXAMPLES = 5
+
+
+def summary_batch_size(trainset: list[dspy.Example], limit: int = 10, budget_tokens: int = SUMMARY_EXAMPLE_TOKENS) -> int:
+    """How many of ``trainset``'s examples one dataset-summary call may show (MIPROv2's ``view_data_batch_size``):
+    as many of the longest as fit ``budget_tokens`` at ~4 characters per token of their ``repr`` (what DSPy
+    shows), at least 1, at most ``limit`` (DSPy's default 10)."""
+    longest = max((len(repr(ex)) for ex in trainset), default=0) / 4
+    return max(1, min(limit, int(budget_tokens // max(longest, 1.0))))
+
+
 class GuardedMIPROv2(dspy.MIPROv2):
     """``dspy.MIPROv2`` that drops meta-instructions (``is_meta_instruction``) from the proposed candidates before its
     search, so a trial is never spent on one and the search cannot select one; the program's own instruction
-    (candidate 0) always stays. ``refused`` counts the proposals dropped."""
+    (candidate 0) always stays. ``refused`` counts the proposals dropped. Unless the caller sets
+    ``view_data_batch_size`` or ``data_aware_proposer``, its dataset summary shows the proposer as many examples per
+    call as fit its context (``summary_batch_size``), and is off, with a warning, when fewer than
+    ``SUMMARY_MIN_EXAMPLES`` fit."""
 
     refused: int = 0
+
+    def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], **kwargs: Any) -> dspy.Module:
+        if "view_data_batch_size" not in kwargs and "data_aware_proposer" not in kwargs:
+            fit = summary_batch_size(trainset)
+            kwargs["view_data_batch_size"] = fit
+            if fit < SUMMARY_MIN_EXAMPLES and len(trainset) > fit:
+                kwargs["data_aware_proposer"] = False
+                log.warning("MIPROv2's dataset summary is off: %d of these training examples fit the proposer's "
+                            "context per call (fewer than %d). To have it anyway: compile with "
+                            "data_aware_proposer=True", fit, SUMMARY_MIN_EXAMPLES)
+        return super().compile(student, trainset=trainset, **kwargs)
 
     def _propose_instructions(self, program: Any, *args: Any, **kwargs: Any) -> dict[int, list[str]]:
         candidates = super()._propose_instructions(program, *args, **kwargs)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dspy
 import pytest
 
-from nemori_dspy.optimizers.optimize import GuardedMIPROv2, is_meta_instruction, keep_task_instructions, make_optimizer
+from nemori_dspy.optimizers.optimize import (GuardedMIPROv2, is_meta_instruction, keep_task_instructions, make_optimizer,
+                                             summary_batch_size)
 from nemori_dspy.signatures import SIGNATURES
 from nemori_dspy.eval.metrics import f1_metric
 
@@ -44,3 +45,24 @@ def test_a_tuned_meta_instruction_gives_way_to_the_default():
     assert keep_task_instructions(tuned, student) == ["self"]
     assert tuned.signature.instructions == SIGNATURES["answer"].instructions and len(tuned.demos) == 1
     assert keep_task_instructions(tuned, student) == []                     # a task instruction is left alone
+
+
+def test_the_dataset_summary_shows_only_as_many_examples_as_fit_the_proposers_context(monkeypatch, caplog):
+    """Ten answer examples with ~2,000-token contexts overflowed the 1.5B's 8,192 tokens: two fit a call, too few
+    for a summary worth reading the whole train set, so it is off with a warning; short examples keep it, ten a call."""
+    long = [dspy.Example(context="word " * 1600, question="q", answer="a").with_inputs("context", "question")] * 12
+    short = [dspy.Example(context="c", question="q", answer="a").with_inputs("context", "question")] * 12
+    assert summary_batch_size(long) == 2 and summary_batch_size(short) == 10 and summary_batch_size([]) == 10
+    seen = {}
+    monkeypatch.setattr(dspy.MIPROv2, "compile", lambda self, student, **kw: seen.update(kw) or student)
+    with dspy.context(lm=dspy.LM("openai/never-called")):
+        tp = make_optimizer("mipro", f1_metric).teleprompter
+    tp.compile(dspy.Predict(SIGNATURES["answer"]), trainset=long)
+    assert seen["view_data_batch_size"] == 2 and seen["data_aware_proposer"] is False
+    assert "dataset summary is off" in caplog.text
+    seen.clear()
+    tp.compile(dspy.Predict(SIGNATURES["answer"]), trainset=short)
+    assert seen["view_data_batch_size"] == 10 and "data_aware_proposer" not in seen
+    seen.clear()
+    tp.compile(dspy.Predict(SIGNATURES["answer"]), trainset=long, data_aware_proposer=True)
+    assert seen["data_aware_proposer"] is True and "view_data_batch_size" not in seen  # the caller's choice stands
