@@ -55,8 +55,9 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: he'll let her know" are pleasantries, "takes care of her dogs" no longer one; 20: a fact closely paraphrasing the
 #: other speaker's own line moved to them; 21: a fact moved to the other speaker takes their pronouns; 22: a narrative sentence opening with "He"/"She" that
 #: credits the wrong speaker gets the right one's name; 23: the chat's "[shares an image: …]" mark copied into a
-#: narrative told as its sharer's picture, and the 0.5B partitioner served from F16), so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 23
+#: narrative told as its sharer's picture, and the 0.5B partitioner served from F16; 24: a narrative sentence saying
+#: "you" quoted with the speaker whose message it copies, or dropped, unless it names that speaker), so memories built by older code are never reused as if they were current.
+MEMORY_FORMAT = 24
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

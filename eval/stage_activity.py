@@ -41,8 +41,8 @@ GUARDS: dict[str, tuple[str, str]] = {
     "narrate_restatements_dropped": ("narrate", "narrative sentence saying nothing an earlier one did not: dropped"),
     "narrate_captions_attributed": ("narrate", "the chat's [shares an image: …] mark copied into a narrative: told as "
                                     "its sharer's picture, or dropped"),
-    "narrate_first_person_quoted": ("narrate", "first-person sentence copying a message: quoted with its speaker"),
-    "narrate_first_person_dropped": ("narrate", "first-person sentence copying no message: dropped"),
+    "narrate_first_person_quoted": ("narrate", "first- or second-person sentence copying a message: quoted with its speaker"),
+    "narrate_first_person_dropped": ("narrate", "first- or second-person sentence copying no message: dropped"),
     "narrate_demo_echo_dropped": ("narrate", "narrative sentence restating a seed demo, not the episode: dropped"),
     "narrate_demo_echo_retry": ("narrate", "narrative only restated a seed demo: asked again"),
     "narrate_demo_echo_cue": ("narrate", "cue restated a seed demo: speakers and date as the cue"),

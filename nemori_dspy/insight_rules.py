@@ -1154,15 +1154,30 @@ def speaks_in_first_person(sentence: str) -> bool:
     return bool(FIRST_PERSON & set(_lower_words(_QUOTED.sub(" ", sentence))))
 
 
+def _names_its_speaker(sentence: str, found: tuple[SourceLine, str] | None, lines: list[SourceLine]) -> bool:
+    """Whether a narrative sentence saying "you" (``speaks_to_listener``) already tells who said it: its first named
+    speaker is the one whose message it copies (``found``), or it copies none and names someone. Such a sentence is
+    a third-person account with a "you" in it ("Joanna recommended "Little Women" as a great movie about … reaching
+    for your dreams."), left as it is."""
+    written = first_name_written(sentence, set(_first_names(lines)))
+    if written is None:
+        return False
+    return found is None or _speaker_key(found[0][0]) == written.casefold()
+
+
 def quote_first_person(text: str, lines: list[SourceLine]) -> tuple[str, int, int]:
     """``(text, quoted, dropped)``: a narrative whose sentences speaking in the first person
-    (``speaks_in_first_person``) are put in a speaker's mouth or dropped.
+    (``speaks_in_first_person``) or to the listener (``speaks_to_listener``: "Great that you're prioritizing
+    self-care.", conv-26 session 2) are put in a speaker's mouth or dropped.
 
     A first-person sentence copying a message (``difflib`` ratio ≥ ``CHAT_MATCH_RATIO`` against the message or a
     run of its sentences, ``_match``) becomes ``Caroline said: “<the passage>”``: the 1.5B writer ended conv-26's
     session-3 narrative with Caroline's "Conversations about gender identity and inclusion are so necessary and
     I'm thankful for being able to give a voice to the trans community.", which said neither who nor that it was
-    said. One copying no message is dropped: in a third-person account nobody can tell whose "I" it is. A sentence
+    said. One copying no message is dropped: in a third-person account nobody can tell whose "I" or "you" it is
+    (a "you" sentence is matched with the names a small model put in front left out, ``_second_person_match``, and
+    left as it is when it names the speaker whose message it copies, or copies none and names someone:
+    ``_names_its_speaker``). A sentence
     is dropped only while another sentence is left, so a narrative is never emptied here. Unchanged when no
     sentence speaks in the first person, else its sentences joined by single spaces.
 
@@ -1174,10 +1189,14 @@ def quote_first_person(text: str, lines: list[SourceLine]) -> tuple[str, int, in
     out: list[str | None] = []
     quoted = dropped = 0
     for sentence in sentences:
-        if not speaks_in_first_person(sentence):
+        first = speaks_in_first_person(sentence)
+        if not first and not speaks_to_listener(sentence):
             out.append(sentence)
             continue
-        found = _match(sentence, lines, None, CHAT_MATCH_RATIO)
+        found = _match(sentence, lines, None, CHAT_MATCH_RATIO) if first else _second_person_match(sentence, lines)
+        if not first and _names_its_speaker(sentence, found, lines):
+            out.append(sentence)
+            continue
         if found is not None:
             (speaker, _, _), passage = found
             out.append(f"{speaker} said: \u201c{quote_text(passage)}\u201d")

@@ -873,3 +873,30 @@ def test_attribute_captions_tells_whose_picture_a_copied_image_mark_is(text, exp
 def test_attribute_captions_leaves_a_text_without_a_tag_as_it_is():
     text = "Caroline shared an image of a sign for a new arrival [sic]."
     assert attribute_captions(text, _CAPTION_LINES) == (text, 0)
+
+
+_YOU_LINES = [("Melanie", "You've come a long way since your transition - keep on inspiring people with your strength "
+               "and courage!", "2023-06-09"),
+              ("Caroline", "Thanks, Mel! Your support means a lot.", "2023-06-09"),
+              ("Joanna", "Little Women! It's a great story about sisterhood, love, and reaching for your dreams.",
+               "2023-06-09")]
+
+
+def test_a_narrative_sentence_saying_you_is_quoted_with_the_speaker_whose_message_it_copies():
+    """conv-26 session 3 at MEMORY_FORMAT 23: Melanie's words glued onto a Caroline sentence; a bare "you" line."""
+    text = ("It made Caroline reflect on how far she has come since her transition - keep on inspiring people with "
+            "your strength and courage! Caroline thanked Melanie. Keep on inspiring people with your strength and "
+            "courage!")
+    out, quoted, dropped = quote_first_person(text, _YOU_LINES)
+    assert out == ("Melanie said: \u201cYou've come a long way since your transition - keep on inspiring people with "
+                   "your strength and courage!\u201d Caroline thanked Melanie. Melanie said: \u201cYou've come a long way "
+                   "since your transition - keep on inspiring people with your strength and courage!\u201d")
+    assert (quoted, dropped) == (2, 0)
+
+
+def test_a_narrative_sentence_saying_you_that_names_its_speaker_or_copies_nothing_named_stays():
+    kept = ('Joanna recommended "Little Women" as a great movie about sisterhood, love, and reaching for your dreams. '
+            "Caroline said you too, take care.")
+    assert quote_first_person(kept, _YOU_LINES) == (kept, 0, 0)
+    assert quote_first_person("Caroline thanked Melanie. Great that you came.", _YOU_LINES) == (
+        "Caroline thanked Melanie.", 0, 1)                                  # nobody named, nothing copied: dropped
