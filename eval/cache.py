@@ -56,8 +56,10 @@ CONSTRUCTION_FIELDS = ("model", "api_base", "temperature", "seed", "adapter", "g
 #: other speaker's own line moved to them; 21: a fact moved to the other speaker takes their pronouns; 22: a narrative sentence opening with "He"/"She" that
 #: credits the wrong speaker gets the right one's name; 23: the chat's "[shares an image: …]" mark copied into a
 #: narrative told as its sharer's picture, and the 0.5B partitioner served from F16; 24: a narrative sentence saying
-#: "you" quoted with the speaker whose message it copies, or dropped, unless it names that speaker), so memories built by older code are never reused as if they were current.
-MEMORY_FORMAT = 24
+#: "you" quoted with the speaker whose message it copies, or dropped, unless it names that speaker; 25: a quote's
+#: closing mark stays with its sentence and a sentence inside an open quote does not end it, so a narrative's quotes
+#: are no longer stored without their closing marks), so memories built by older code are never reused as if they were current.
+MEMORY_FORMAT = 25
 
 
 def construction_key(settings: NemoriSettings, model_label: str, embedder_name: str, dataset_sha256: str,

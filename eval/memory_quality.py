@@ -131,7 +131,6 @@ _NUMBER_WORDS = {w: str(i) for i, w in enumerate(
     "seventeen eighteen nineteen twenty".split())}
 _NUMBER_WORDS.update({w: str(i) for i, w in enumerate(
     "zeroth first second third fourth fifth sixth seventh eighth ninth tenth".split()) if i})
-_SENTENCE = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 
 
 # --------------------------------------------------------------------------------------------- gold
@@ -574,8 +573,9 @@ def with_adjacent_pairs(texts: Sequence[str]) -> list[str]:
 
 
 def sentences(text: str) -> list[str]:
-    """``text`` split into sentences (at ``.!?`` followed by a capital or digit), blank ones dropped."""
-    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+    """``text`` split into sentences as the pipeline splits narratives (``insight_rules.split_sentences``: a quote
+    and its closing mark stay whole), blank ones dropped."""
+    return split_sentences(text)
 
 
 _LEAD_PRONOUN = re.compile(r"(She|He|Her|His)\b(?!['’])")

@@ -154,7 +154,7 @@ ATTRIBUTED_QUOTE_CHARS = 300
 
 _TRUNCATED = re.compile(r"\s*…\[truncated \d+ chars\]")  # formatting.clip's mark
 _DATE = re.compile(r"\[(\d{4}-\d{2}-\d{2})(?:[ T]\d{2}:\d{2})?\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]»”’]*[\s,;]+(?=[A-Z0-9\"“'(\[])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]»”’]*)[\s,;]+(?=[A-Z0-9\"“'(\[])")  # group 1: closing marks
 _ABBREVIATIONS = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|approx|No|e\.g|i\.e)|\b[A-Z])\.$")
 
 #: words that say nothing about anyone by themselves: function words, greetings, interjections, thanks and
@@ -179,11 +179,15 @@ FIRST_PERSON = frozenset({"i", "i'm", "im", "i've", "i'll", "i'd", "me", "my", "
 
 
 def split_sentences(text: str) -> list[str]:
-    """``text`` (spaces collapsed) split into its sentences at ``.``/``!``/``?`` followed by a space, comma or
-    semicolon and a capital, digit, quote or bracket; ``Dr.``, ``e.g.`` and initials do not end one."""
+    """``text`` (spaces collapsed) split into its sentences at ``.``/``!``/``?`` (with any closing quote or bracket
+    after it, which stays with its sentence) followed by a space, comma or semicolon and a capital, digit, quote or
+    bracket; ``Dr.``, ``e.g.`` and initials do not end one, nor does a sentence inside an open “quote”
+    (``Caroline said: “It's great. I love it.”`` is one sentence)."""
+    parts = _SENTENCE_END.split(" ".join(text.split()))
     pieces: list[str] = []
-    for piece in _SENTENCE_END.split(" ".join(text.split())):
-        if pieces and _ABBREVIATIONS.search(pieces[-1]):
+    for i in range(0, len(parts), 2):
+        piece = parts[i] + (parts[i + 1] if i + 1 < len(parts) else "")
+        if pieces and (_ABBREVIATIONS.search(pieces[-1]) or pieces[-1].count("“") > pieces[-1].count("”")):
             pieces[-1] = f"{pieces[-1]} {piece}"
         else:
             pieces.append(piece)

@@ -253,7 +253,7 @@ class StagePredict(dspy.Module):
                 except _retryable() as exc:  # parse, validation, provider, transport, timeout: re-ask
                     # a rate limit had no reply: the same request again (a reroll escapes only a bad reply)
                     last, reroll = exc, reroll if is_rate_limit(exc) else reroll + 1
-                log.warning("stage %s attempt %d failed: %s", self.stage_name, n + 1, str(last)[:300])
+                log.warning("stage %s: reply %d not used, asking again: %s", self.stage_name, n + 1, str(last)[:300])
                 n += 1
         tally("failed_stage_calls")
         message = (f"stage {self.stage_name!r} failed after {n} attempt(s): "

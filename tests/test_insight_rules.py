@@ -900,3 +900,14 @@ def test_a_narrative_sentence_saying_you_that_names_its_speaker_or_copies_nothin
     assert quote_first_person(kept, _YOU_LINES) == (kept, 0, 0)
     assert quote_first_person("Caroline thanked Melanie. Great that you came.", _YOU_LINES) == (
         "Caroline thanked Melanie.", 0, 1)                                  # nobody named, nothing copied: dropped
+
+
+def test_split_sentences_keeps_a_quote_whole_with_its_closing_mark():
+    """The closing mark was taken as part of the gap between sentences, so every narrative rejoined from its
+    sentences stored its quotes open (MEMORY_FORMAT 24, conv-26 session 3: 'Melanie said: “… courage! Melanie said:')."""
+    from nemori_dspy.insight_rules import split_sentences
+
+    text = ("Melanie said: “You've come a long way!” Caroline said: “It's great. I love it.” Dr. Smith agreed. "
+            'He said "hi." Then they left.')
+    assert split_sentences(text) == ["Melanie said: “You've come a long way!”", "Caroline said: “It's great. I love it.”",
+                                     "Dr. Smith agreed.", 'He said "hi."', "Then they left."]
