@@ -136,9 +136,9 @@ def resolve_gguf(settings: NemoriSettings) -> Path:
 
 def f16_copy(src: Path, fallback_dir: Path | None = None) -> Path:
     """The F16 copy of the GGUF ``src``: ``<stem>-f16.gguf`` beside it (or in ``fallback_dir`` when ``src``'s
-    folder is not writable), written once with llama.cpp's quantizer and reused after.
+    folder is not writable), written with llama.cpp's quantizer when missing or older than ``src``, else reused.
 
-    The copy holds ``src``'s weights dequantized and rounded to fp16 (Q4_K_M → F16: ~2x the bytes, the same model to
+    The copy holds ``src``'s weights dequantized and rounded to fp16 (Q4_K_M → F16: ~2.6x the bytes, the same model to
     fp16 rounding). llama.cpp's CPU matrix kernels prefill the 0.5B faster from F16 (``NemoriSettings.local_f16``,
     ``python -m benchmarks.gguf_encoding``). Written to a temporary name and renamed, so a crash or a second process
     never leaves a half-written file under the final name.
@@ -153,34 +153,46 @@ def f16_copy(src: Path, fallback_dir: Path | None = None) -> Path:
         raise ModelServerError(f"cannot write the F16 copy of {src}: its folder is not writable. "
                                "Fix: set NEMORI_LOCAL_F16='[]' to serve the file as it is, or copy it somewhere writable.")
     out = out_dir / f"{src.stem}-f16.gguf"
-    if out.is_file() and out.stat().st_size > 0:
+    if out.is_file() and out.stat().st_size > 0 and out.stat().st_mtime >= src.stat().st_mtime:
         return out
-    from .extras import require
-
-    llama_cpp = require("llama_cpp", "the embedded model's F16 copy (local_f16)", "local")
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"nemori: writing {out} (the F16 copy of {src.name}, once; NEMORI_LOCAL_F16='[]' serves the file as it is)",
           file=sys.stderr)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}-", suffix=".part", dir=out_dir)
     os.close(fd)
+    try:
+        _quantize_f16(src, Path(tmp))
+        shutil.copymode(src, tmp)  # mkstemp made it private; readable as the source is
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _quantize_f16(src: Path, dst: Path) -> None:
+    """Write ``src``'s weights to ``dst`` as F16 with ``llama_model_quantize``, llama.cpp's per-tensor log held back.
+
+    Raises:
+        MissingExtraError: llama-cpp-python is not installed.
+        ModelServerError: the quantizer returned non-zero.
+    """
+    from .extras import require
+
+    llama_cpp = require("llama_cpp", "the embedded model's F16 copy (local_f16)", "local")
     llama_log = logging.getLogger("llama-cpp-python")  # llama.cpp's log callback prints below this logger's level
     level = llama_log.level
-    llama_log.setLevel(logging.ERROR)  # not a line per tensor
+    llama_log.setLevel(logging.ERROR)
     try:
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_MOSTLY_F16, True
         params.nthread = os.cpu_count() or 1
-        rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), params)
-        if rc != 0:
-            raise ModelServerError(f"llama.cpp could not write the F16 copy of {src} (llama_model_quantize returned "
-                                   f"{rc}). Fix: set NEMORI_LOCAL_F16='[]' to serve the file as it is.")
-        shutil.copymode(src, tmp)  # mkstemp made it private; readable as the source is
-        os.replace(tmp, out)
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
     finally:
         llama_log.setLevel(level)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    if rc != 0:
+        raise ModelServerError(f"llama.cpp could not write the F16 copy of {src} (llama_model_quantize returned "
+                               f"{rc}). Fix: set NEMORI_LOCAL_F16='[]' to serve the file as it is.")
 
 
 #: RAM for the server's prompt-state cache (``local_prompt_cache``): llama-cpp-python evicts the oldest states

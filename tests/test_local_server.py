@@ -152,6 +152,10 @@ def test_resolve_gguf_serves_the_f16_copy_of_a_local_f16_size_written_once(tmp_p
     assert out == tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m-f16.gguf" and out.read_bytes() == b"F16"
     assert calls == [(str(f.resolve()), calls[0][1], 1, True)] and calls[0][1].endswith(".part")
     assert resolve_gguf(s) == out and len(calls) == 1  # reused, not written again
+    import os
+
+    os.utime(f, (out.stat().st_mtime + 10, out.stat().st_mtime + 10))  # the source replaced by a newer file
+    assert resolve_gguf(s) == out and len(calls) == 2  # written anew
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f.name, out.name])  # no temporary file left
     assert server_alias(out) == "local-qwen2.5-coder-0.5b-instruct-q4_k_m-f16"
 
