@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.local_serving import STAGES, _call, stage_messages
+from benchmarks.local_serving import STAGES, stage_messages, timed_call
 from benchmarks.results_io import cli_description, table, write_result
 from nemori_dspy.adapters import make_adapter
 from nemori_dspy.config import NemoriSettings
@@ -37,9 +37,9 @@ def _calls(server: LlamaServer, stages: list[str], repeats: int, max_tokens: int
             other = STAGES[(STAGES.index(stage) + 1) % len(STAGES)]
             out[stage] = []
             for r in range(repeats):
-                _call(client, server.api_base, stage_messages(other, 100 + r, adapter), 1)
-                out[stage].append(_call(client, server.api_base, stage_messages(stage, r, adapter), max_tokens,
-                                        with_text=True))
+                timed_call(client, server.api_base, stage_messages(other, 100 + r, adapter), 1)
+                out[stage].append(timed_call(client, server.api_base, stage_messages(stage, r, adapter), max_tokens,
+                                             with_text=True))
     return out
 
 

@@ -32,7 +32,7 @@ from nemori_dspy.config import NemoriSettings
 from nemori_dspy.local_server import LlamaServer
 from nemori_dspy.stages import STAGES as ALL_STAGES
 
-__all__ = ["STAGES", "typical_inputs", "stage_messages", "run", "main"]
+__all__ = ["STAGES", "typical_inputs", "stage_messages", "timed_call", "run", "main"]
 
 def _lines(n: int, seed: int) -> list[str]:
     return [f"[{m['timestamp'][:16].replace('T', ' ')}] {m['speaker']}: {m['content']}"
@@ -76,7 +76,7 @@ def stage_messages(stage: str, seed: int, adapter: Any) -> list[dict[str, Any]]:
     return adapter.format(SIGNATURES[stage], [], typical_inputs(stage, seed))
 
 
-def _call(client: httpx.Client, base: str, messages: list[dict[str, Any]], max_tokens: int,
+def timed_call(client: httpx.Client, base: str, messages: list[dict[str, Any]], max_tokens: int,
           with_text: bool = False) -> dict[str, Any]:
     """One chat completion at temperature 0: seconds, prompt and completion tokens (and the reply, ``with_text``)."""
     t0 = time.perf_counter()
@@ -111,9 +111,9 @@ def run(settings: NemoriSettings, stages: list[str], max_tokens: int, repeats: i
             cold, warm = [], []
             for r in range(repeats):
                 if other is not None:
-                    _call(client, server.api_base, stage_messages(other, 100 + r, adapter), 1)
-                cold.append(_call(client, server.api_base, stage_messages(stage, 2 * r, adapter), max_tokens))
-                warm.append(_call(client, server.api_base, stage_messages(stage, 2 * r + 1, adapter), max_tokens))
+                    timed_call(client, server.api_base, stage_messages(other, 100 + r, adapter), 1)
+                cold.append(timed_call(client, server.api_base, stage_messages(stage, 2 * r, adapter), max_tokens))
+                warm.append(timed_call(client, server.api_base, stage_messages(stage, 2 * r + 1, adapter), max_tokens))
             out[stage] = {"no_reuse": _figures(cold), "prefix_reuse": _figures(warm)}
     return out
 
