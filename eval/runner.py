@@ -26,7 +26,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, NamedTuple, Protocol
+from typing import Any, Callable, Collection, ContextManager, NamedTuple, Protocol
 
 import dspy
 import litellm
@@ -51,7 +51,7 @@ from nemori_dspy.eval.systems import SYSTEMS, System
 __all__ = ["EvalOptions", "RunObserver", "NullObserver", "MemoryProvider", "SharedMemory", "ingest_conversation", "episode_coverage",
            "run_locomo", "answer_and_score", "answer_question", "CONSTRUCTION_STAGES", "METRICS", "RECALL_KS",
            "judge_verdicts",
-           "system_context", "context_tokens", "recall_scores", "summarise", "AnswerTask", "answer_tasks",
+           "system_context", "PreparedContext", "prepare_context", "context_tokens", "recall_scores", "summarise", "AnswerTask", "answer_tasks",
            "locomo_tasks", "answered_keys", "RATE_LIMIT_WAIT_S", "RATE_LIMIT_MAX_WAIT_S"]
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,22 @@ def system_context(system: System, memory: Memory, conv: LoCoMoConversation, que
     return "", None, 0.0
 
 
+class PreparedContext(NamedTuple):
+    """What ``system_context`` returned for one (system, question): the context text, the ranked message ids per
+    retrieved item (or None) and the retrieval time in ms."""
+
+    context: str
+    ranked: list[list[str]] | None
+    search_ms: float
+
+
+def prepare_context(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
+                    rag: RagIndex | None) -> PreparedContext:
+    """``system_context`` for one question, its embedding calls charged to ``memory``'s usage ledger."""
+    with memory.usage.charging():
+        return PreparedContext(*system_context(system, memory, conv, q.question, rag))
+
+
 def context_tokens(context: str) -> int:
     """Tokens in the retrieved context (litellm's tokenizer), counted even when the answer call is a cache hit."""
     return litellm.token_counter(text=context) if context else 0
@@ -287,18 +303,25 @@ def judge_verdicts(panel: JudgePanel, example: Any, answer: str) -> dict[str, An
 
 
 def _answer_row(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
-                rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> dict[str, Any]:
-    row, ranked = answer_question(system, memory, conv, q, rag)
+                rag: RagIndex | None, judge: LLMJudge | JudgePanel | None,
+                prepared: PreparedContext | None = None) -> dict[str, Any]:
+    row, ranked = answer_question(system, memory, conv, q, rag, prepared)
     return {**row, **recall_scores(ranked, q.evidence), **_score(q, row["answer"], judge)}
 
 
 def answer_question(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
-                    rag: RagIndex | None) -> tuple[dict[str, Any], list[list[str]] | None]:
+                    rag: RagIndex | None, prepared: PreparedContext | None = None
+                    ) -> tuple[dict[str, Any], list[list[str]] | None]:
     """One question answered by ``system`` (its context, then P_ans), unscored: (the answer row without scores, the
-    ranked message ids of each retrieved item or None). An answer that fails is an empty answer (``answer_error``)."""
+    ranked message ids of each retrieved item or None). An answer that fails is an empty answer (``answer_error``).
+    ``prepared``: the context ``prepare_context`` already retrieved for this (system, question); ``total_ms`` then
+    counts its ``search_ms`` and the answer call."""
     t0 = time.perf_counter()
-    with memory.usage.charging():
-        context, ranked, search_ms = system_context(system, memory, conv, q.question, rag)
+    if prepared is None:
+        prepared = prepare_context(system, memory, conv, q, rag)
+    else:
+        t0 -= prepared.search_ms / 1000
+    context, ranked, search_ms = prepared
     failure = None
     with memory.usage.scope() as mine:
         try:
@@ -397,12 +420,14 @@ def _line_count(path: Path) -> int:
 class AnswerTask(NamedTuple):
     """One question for one system: ``key`` = (system, sample id, index) as in ``results.jsonl``; ``span`` and
     ``tags`` name its unit of work for the observer; ``ask()`` answers, scores and returns the row (it may raise
-    ``RateLimitedError``)."""
+    ``RateLimitedError``). ``order``: tasks are asked by increasing ``order`` (ties in list order), rows are kept
+    in list order."""
 
     key: tuple[str, str, Any]
     span: str
     tags: dict[str, Any]
     ask: Callable[[], dict[str, Any]]
+    order: tuple = ()
 
 
 class _RateGate:
@@ -463,7 +488,8 @@ def answer_tasks(tasks: list[AnswerTask], ckpt: "_Checkpoint", opts: EvalOptions
     Each row is checkpointed as soon as it is scored and ``opts.observer.answered(row)`` is called, one thread at a
     time, inside the answer's span (by the thread that made it); ``after_each(row)`` runs in the calling thread. An exception in a task (or Ctrl-C / SIGTERM here) stops
     the run: no new question starts, the ones in flight finish and are checkpointed, then it propagates.
-    When all are asked the checkpoint is put in the order of ``tasks`` (``_Checkpoint.order``).
+    Tasks are asked by their ``order`` (``locomo_tasks``: prompts that share a prefix one after another); when all
+    are asked the checkpoint is put in the order of ``tasks`` (``_Checkpoint.order``).
 
     Args:
         tasks: every question of the run, in question order (answered ones included: they fix the order).
@@ -471,7 +497,7 @@ def answer_tasks(tasks: list[AnswerTask], ckpt: "_Checkpoint", opts: EvalOptions
     Returns:
         Wall seconds spent asking.
     """
-    pending = [t for t in tasks if t.key not in ckpt.done]
+    pending = sorted((t for t in tasks if t.key not in ckpt.done), key=lambda t: t.order)
     stop = threading.Event()
     gate = _RateGate(stop)
     bar = tqdm(total=len(pending), desc=desc, unit="q", disable=not opts.progress)
@@ -567,18 +593,32 @@ def run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoConv
 
 
 def locomo_tasks(provider: MemoryProvider, conversations: list[LoCoMoConversation], opts: EvalOptions,
-                 rag: RagIndex | None, judge: LLMJudge | JudgePanel | None) -> list[AnswerTask]:
+                 rag: RagIndex | None, judge: LLMJudge | JudgePanel | None,
+                 done: Collection[tuple[str, str, Any]] = ()) -> list[AnswerTask]:
     """Every (question, system) of a LoCoMo run in question order: conversation, its questions of
-    ``opts.categories`` as ``stratified_questions`` picks them (``opts.max_questions``), then each system."""
+    ``opts.categories`` as ``stratified_questions`` picks them (``opts.max_questions``), then each system.
+
+    Each task's context is retrieved here (``prepare_context``; the memory is built and no longer changes), and the
+    tasks are asked conversation by conversation, system by system, in the order of their context texts
+    (``AnswerTask.order``): prompts that share a prefix (the same top episodes) come one after another, so a server
+    that keeps the previous prompt's state (llama.cpp's prefix reuse, a hosted API's prompt cache) prefills only
+    where they differ. Interleaved with the no-memory control, every nemori prompt was prefilled whole. The answers
+    are the same calls; rows stay in question order. Keys in ``done`` (answered before a ``--resume``) are listed
+    without retrieving their context.
+    """
     memories = {s.name: provider.memory(s) for s in opts.systems}  # resolved here, not in the answer threads
     tasks = []
-    for conv in conversations:
+    for c, conv in enumerate(conversations):
         for q in stratified_questions([q for q in conv.questions if q.category in opts.categories], opts.max_questions):
-            for system in opts.systems:
+            for i, system in enumerate(opts.systems):
+                key = (system.name, q.sample_id, q.index)
+                prepared = (PreparedContext("", None, 0.0) if key in done
+                            else prepare_context(system, memories[system.name], conv, q, rag))
                 tasks.append(AnswerTask(
-                    (system.name, q.sample_id, q.index), f"answer {q.sample_id}#{q.index} {system.name}",
+                    key, f"answer {q.sample_id}#{q.index} {system.name}",
                     {"conversation": q.sample_id, "question": q.index, "system": system.name, "category": q.category},
-                    lambda s=system, c=conv, q=q: _answer_row(s, memories[s.name], c, q, rag, judge)))
+                    lambda s=system, c=conv, q=q, p=prepared: _answer_row(s, memories[s.name], c, q, rag, judge, p),
+                    (c, i, prepared.context)))
     return tasks
 
 
@@ -586,7 +626,7 @@ def _run_locomo(memories: Memory | MemoryProvider, conversations: list[LoCoMoCon
                 judge: LLMJudge | JudgePanel | None, out_dir: Path, ledger: UsageLedger) -> RunResult:
     provider, ckpt, cost, built, construction, base, rag, skipped = start_run(memories, conversations, opts, out_dir,
                                                                               ledger)
-    tasks = locomo_tasks(provider, conversations, opts, rag, judge)
+    tasks = locomo_tasks(provider, conversations, opts, rag, judge, ckpt.done)
     seconds = answer_tasks(tasks, ckpt, opts, base.settings.num_retries,
                            after_each=lambda row: cost.save(construction, built))
     construction, built = cost.carry_over(construction, built)

@@ -685,11 +685,15 @@ _SHARING = _SHARE_VERB + r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapsh
 _OWNED_PICTURE = r"\b{who}(?:'s|’s)\s+(?:[\w-]+\s+){{0,4}}?(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 
 
+#: a sentence's end: ``.``/``!``/``?`` with any closing quotes or brackets after it
+_ENDS_SENTENCE = re.compile(r"[.!?][”\"')\]]*$")
+
+
 def attribute_captions(text: str, lines: list[SourceLine]) -> tuple[str, int]:
     """``text`` (a narrative) with every bare ``[shares an image: X]`` tag, the chat's image mark copied into the
     prose ("… felt hopeful. [shares an image: a sign for a new arrival] On 25 May …"), taken out and told after the
-    sentence it stood in as one naming whose picture it is: "Caroline shared an image: a sign for a new arrival."
-    The sharer is the speaker of the first of ``lines`` (``(speaker, content, date)``) whose content holds that exact
+    sentence it stood in (``split_sentences``) as one naming whose picture it is: "Caroline shared an image: a sign
+    for a new arrival." The sharer is the speaker of the first of ``lines`` (``(speaker, content, date)``) whose content holds that exact
     tag; a tag no message holds is dropped.
 
     Returns:
@@ -707,10 +711,11 @@ def attribute_captions(text: str, lines: list[SourceLine]) -> tuple[str, int]:
         if not before or before.endswith((".", "!", "?")):
             text = " ".join(p for p in (before, told, after) if p)
             continue
-        end = re.search(r"[.!?](?=\s|$)", after)
-        cut = end.end() if end else len(after)
-        sentence = f"{before} {after[:cut]}".strip()
-        text = " ".join(p for p in (sentence if end else f"{sentence}.", told, after[cut:].strip()) if p)
+        rest = split_sentences(after) or [""]
+        sentence = f"{before} {rest[0]}".strip()
+        if not _ENDS_SENTENCE.search(sentence):
+            sentence += "."
+        text = " ".join(p for p in (sentence, told, *rest[1:]) if p)
     return (re.sub(r"\s+([.,;:!?])", r"\1", text), n) if n else (text, 0)
 
 

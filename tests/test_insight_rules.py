@@ -863,6 +863,9 @@ _CAPTION_LINES = [("Caroline", "It's a lot to take in. [shares an image: a photo
     ("She liked it [shares an image: a cat on a sofa] and laughed. Then they left.",
      "She liked it and laughed. Melanie shared an image: a cat on a sofa. Then they left."),
     ("Melanie liked it [shares an image: a cat on a sofa]", "Melanie liked it. Melanie shared an image: a cat on a sofa."),
+    # a sentence ending with a closing quote ends there (split_sentences), not at the next sentence's end
+    ("Melanie said: “So sweet [shares an image: a cat on a sofa] to see!” Then they left. Caroline laughed.",
+     "Melanie said: “So sweet to see!” Melanie shared an image: a cat on a sofa. Then they left. Caroline laughed."),
     # a tag no message holds is dropped
     ("They talked. [shares an image: a red car] Then they left.", "They talked. Then they left."),
 ])

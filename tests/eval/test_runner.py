@@ -168,6 +168,28 @@ def test_threaded_answers_give_the_sequential_rows_in_question_order(tmp_path, s
     assert summary["concurrency"] == 6 and summary["questions"] == 20
 
 
+def test_answers_are_asked_system_by_system_with_shared_context_prefixes_adjacent(tmp_path, synthetic_mini):
+    responders = default_responders()
+    asked = []
+    answer = responders["AnswerQuestion"]
+
+    def recording(inputs):
+        asked.append((inputs["context"], inputs["question"]))
+        return answer(inputs)
+
+    responders["AnswerQuestion"] = recording
+    run = _locomo(tmp_path, synthetic_mini, "run", ScriptedLM(responders), 1)
+    with_memory = [a for a in asked if a[0]]
+    # every nemori prompt, then every no-memory one: no empty-context call between two nemori ones
+    assert len(with_memory) == 20 and asked[:20] == with_memory
+    # nemori prompts in the order of their contexts, so those with the same top episodes are asked one after another
+    assert [c for c, _ in with_memory] == sorted(c for c, _ in with_memory)
+    assert len({c.split("\n")[1] for c, _ in with_memory}) < 20  # some share their first episode
+    # the rows stay in question order, as results.jsonl always had them
+    keys = [(r["index"], r["system"]) for r in run.rows]
+    assert keys == sorted(keys, key=lambda k: (k[0], k[1] != "nemori"))
+
+
 def test_an_interrupted_threaded_run_resumes_without_asking_a_question_twice(tmp_path, synthetic_mini):
     responders = _uneven(default_responders())
     calls = {"n": 0}
