@@ -107,7 +107,12 @@ GUARDS: dict[str, tuple[str, str]] = {
     "consolidation.merge_refused_person": ("consolidate", "merged text names people the insight and targets do "
                                            "not: stored as new instead"),
     "consolidation.batch_fallback": ("consolidate_batch", "no batched decision: per-insight P_con"),
+    "consolidation.other_person": ("consolidate", "candidates about another speaker of the conversation than the "
+                                   "insight names: left out"),
     "consolidation.": ("consolidate", "consolidation"),
+    "narrate_chunks": ("narrate", "runs of narrate_chunk_messages messages, one P_nar call each"),
+    "distill_chunks": ("distill", "runs of distill_chunk_messages messages, one P_dis call each"),
+    "judge_known_wrong.": ("answer", "judged WRONG without a call"),
     "summary_fallback": ("summarize", "summary reply lost text: the insights appended instead"),
     "summary_truncated": ("summarize", "summary cut to summary_max_chars"),
     "embedder_inputs_clipped": ("other", "embedder input cut to max_message_chars"),
@@ -168,7 +173,8 @@ def stage_activity(construction_usage: Mapping[str, Any], counters: Mapping[str,
         ``{"turns", "episodes", "stages": {stage: {"calls", "per_100_turns", "per_episode"}},
         "guards": [{"counter", "stage", "why", "count", "per_100_turns", "per_episode"}]}``: every construction
         stage of ``STAGES`` (0 calls included, so a stage that never ran shows), then any other stage with calls
-        except answering and judging; guards are every non-zero counter, ordered by stage then name.
+        except answering and judging; guards are every non-zero counter, ordered by stage then name; answering's
+        and judging's counters (stage ``answer``) have no rates (None): they count questions, not turns.
     """
     names = [*STAGES, *sorted(s for s in construction_usage if s not in STAGES
                               and not s.startswith(("answer", "judge")) and _calls(construction_usage[s]))]
@@ -179,8 +185,8 @@ def stage_activity(construction_usage: Mapping[str, Any], counters: Mapping[str,
         if not n:
             continue
         stage_name, why = guard_stage(counter)
-        rows.append({"counter": counter, "stage": stage_name, "why": why, "count": int(n),
-                     **_rates(int(n), turns, episodes)})
+        rates = _rates(int(n), turns, episodes) if stage_name != "answer" else _rates(0, 0, 0)
+        rows.append({"counter": counter, "stage": stage_name, "why": why, "count": int(n), **rates})
     order = {s: i for i, s in enumerate(_ORDER)}
     rows.sort(key=lambda r: (order.get(r["stage"], len(order)), r["stage"], r["counter"]))
     return {"turns": int(turns), "episodes": int(episodes), "stages": stages, "guards": rows}

@@ -37,6 +37,17 @@ def test_every_counter_gets_a_stage_and_a_why_association_and_unknown_ones_too()
     assert guard_stage("retries.narrate") == ("narrate", "re-asked after a failed call")
     assert guard_stage("consolidation.candidates_below_floor")[0] == "consolidate"
     assert guard_stage("mystery") == ("other", "mystery")
+    # the new user's run showed these bare: each has its stage and a why
+    for counter, stage in [("consolidation.other_person", "consolidate"), ("narrate_chunks", "narrate"),
+                           ("distill_chunks", "distill"), ("judge_known_wrong.restates_question", "answer")]:
+        assert guard_stage(counter)[0] == stage and guard_stage(counter)[1] != counter
+
+
+def test_answer_side_counters_have_no_per_turn_rates():
+    a = stage_activity({}, {"answer_context_items_dropped": 184, "evoke_empty": 1}, turns=58, episodes=3)
+    rows = {g["counter"]: g for g in a["guards"]}
+    assert rows["answer_context_items_dropped"]["per_100_turns"] is None
+    assert rows["answer_context_items_dropped"]["count"] == 184 and rows["evoke_empty"]["per_100_turns"] == 1.72
 
 
 def test_the_table_lists_stages_then_guards_with_why():
