@@ -79,7 +79,10 @@ def locomo_answer_examples(memory: Memory, conversations: Iterable[LoCoMoConvers
             (None = all).
     Returns:
         Examples with inputs ``context`` (str, "" if nothing was retrieved) and ``question``, and
-        labels ``answer`` (gold, str) and ``category`` (int), in conversation then question order.
+        labels ``answer`` (gold, str) and ``category`` (int), conversation by conversation, each conversation's
+        in the order of their contexts: scored one after another (``evaluate_answer``, one thread), prompts that
+        share a prefix follow each other, so a local server prefills only where they differ (as ``eval locomo``
+        asks its questions).
     Raises:
         UnknownUserError: nothing was ever added for a conversation's ``sample_id``.
     """
@@ -88,7 +91,8 @@ def locomo_answer_examples(memory: Memory, conversations: Iterable[LoCoMoConvers
     for conv in conversations:
         _check_built(memory, conv.sample_id)
         qs = [q for q in conv.questions if q.category in keep][:max_per_conversation]
-        out += [_example(_context(memory, conv.sample_id, q.question), q) for q in qs]
+        examples = [_example(_context(memory, conv.sample_id, q.question), q) for q in qs]
+        out += sorted(examples, key=lambda e: e.context)  # shared context prefixes one after another
     return out
 
 
