@@ -257,18 +257,22 @@ def system_context(system: System, memory: Memory, conv: LoCoMoConversation, que
 
 class PreparedContext(NamedTuple):
     """What ``system_context`` returned for one (system, question): the context text, the ranked message ids per
-    retrieved item (or None) and the retrieval time in ms."""
+    retrieved item (or None) and the retrieval time in ms; ``prepare_ms``: wall ms of the whole preparation
+    (retrieval, fitting and rendering)."""
 
     context: str
     ranked: list[list[str]] | None
     search_ms: float
+    prepare_ms: float = 0.0
 
 
 def prepare_context(system: System, memory: Memory, conv: LoCoMoConversation, q: LoCoMoQuestion,
                     rag: RagIndex | None) -> PreparedContext:
     """``system_context`` for one question, its embedding calls charged to ``memory``'s usage ledger."""
+    t0 = time.perf_counter()
     with memory.usage.charging():
-        return PreparedContext(*system_context(system, memory, conv, q.question, rag))
+        context, ranked, search_ms = system_context(system, memory, conv, q.question, rag)
+    return PreparedContext(context, ranked, search_ms, (time.perf_counter() - t0) * 1000)
 
 
 def context_tokens(context: str) -> int:
@@ -314,14 +318,12 @@ def answer_question(system: System, memory: Memory, conv: LoCoMoConversation, q:
                     ) -> tuple[dict[str, Any], list[list[str]] | None]:
     """One question answered by ``system`` (its context, then P_ans), unscored: (the answer row without scores, the
     ranked message ids of each retrieved item or None). An answer that fails is an empty answer (``answer_error``).
-    ``prepared``: the context ``prepare_context`` already retrieved for this (system, question); ``total_ms`` then
-    counts its ``search_ms`` and the answer call."""
-    t0 = time.perf_counter()
+    ``prepared``: the context ``prepare_context`` already retrieved for this (system, question); ``total_ms`` is
+    its ``prepare_ms`` plus the answer call either way."""
     if prepared is None:
         prepared = prepare_context(system, memory, conv, q, rag)
-    else:
-        t0 -= prepared.search_ms / 1000
-    context, ranked, search_ms = prepared
+    t0 = time.perf_counter() - prepared.prepare_ms / 1000
+    context, ranked, search_ms = prepared.context, prepared.ranked, prepared.search_ms
     failure = None
     with memory.usage.scope() as mine:
         try:

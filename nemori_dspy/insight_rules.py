@@ -154,7 +154,8 @@ ATTRIBUTED_QUOTE_CHARS = 300
 
 _TRUNCATED = re.compile(r"\s*…\[truncated \d+ chars\]")  # formatting.clip's mark
 _DATE = re.compile(r"\[(\d{4}-\d{2}-\d{2})(?:[ T]\d{2}:\d{2})?\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]»”’]*)[\s,;]+(?=[A-Z0-9\"“'(\[])")  # group 1: closing marks
+_CLOSING_MARKS = r"[\"')\]»”’]*"  # quotes and brackets that may close a sentence after its . ! ?
+_SENTENCE_END = re.compile(rf"(?<=[.!?])({_CLOSING_MARKS})[\s,;]+(?=[A-Z0-9\"“'(\[])")  # group 1: closing marks
 _ABBREVIATIONS = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|approx|No|e\.g|i\.e)|\b[A-Z])\.$")
 
 #: words that say nothing about anyone by themselves: function words, greetings, interjections, thanks and
@@ -685,8 +686,8 @@ _SHARING = _SHARE_VERB + r"[^.;]*?\b(?:image|photo|picture|pic|photograph|snapsh
 _OWNED_PICTURE = r"\b{who}(?:'s|’s)\s+(?:[\w-]+\s+){{0,4}}?(?:image|photo|picture|pic|photograph|snapshot)s?\b"
 
 
-#: a sentence's end: ``.``/``!``/``?`` with any closing quotes or brackets after it
-_ENDS_SENTENCE = re.compile(r"[.!?][”\"')\]]*$")
+#: a sentence's end: ``.``/``!``/``?`` with any closing quotes or brackets after it (those ``split_sentences`` keeps)
+_ENDS_SENTENCE = re.compile(rf"[.!?]{_CLOSING_MARKS}$")
 
 
 def attribute_captions(text: str, lines: list[SourceLine]) -> tuple[str, int]:
@@ -708,7 +709,7 @@ def attribute_captions(text: str, lines: list[SourceLine]) -> tuple[str, int]:
             text = f"{before} {after}".strip()
             continue
         told = f"{speaker} shared an image: {m.group(1).strip().rstrip('.!?')}."
-        if not before or before.endswith((".", "!", "?")):
+        if not before or _ENDS_SENTENCE.search(before):
             text = " ".join(p for p in (before, told, after) if p)
             continue
         rest = split_sentences(after) or [""]
